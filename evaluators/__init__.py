@@ -1,0 +1,1 @@
+"""Benchmarks and their scoring, shared by RL rewards and evaluation."""

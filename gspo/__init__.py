@@ -1,0 +1,1 @@
+"""gspo-bench training library: models, objectives, rollouts, SFT and the RL trainer."""

@@ -1,0 +1,63 @@
+"""Small file helpers: atomic writes, JSONL with line-numbered errors, content hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file and line or field."""
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Write `text` to `path` through a temp file in the same folder and a rename."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_jsonl(path, required: tuple[str, ...] = ()) -> list[dict]:
+    """Records of a JSONL file; a malformed line or missing field raises DataError naming it."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    out = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            missing = [k for k in required if k not in rec]
+            if missing:
+                raise DataError(f"{path}:{lineno}: record is missing field {missing[0]!r}")
+            out.append(rec)
+    return out
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,49 @@
+"""Rollout engines: one small interface for sampling completions with their log-probs.
+
+    engine = make_engine("torch", model_path, device="cpu")
+    groups = engine.generate(prompts, n=8, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=0)
+    groups[i][j].token_ids, groups[i][j].logprobs      # prompt i, sample j
+    engine.update_weights(policy.state_dict())         # after each RL update
+
+`logprobs[t]` is the log-probability of the sampled token under the distribution it was sampled
+from: logits / temperature, then (when top_p < 1) restricted to the nucleus and renormalised. With
+top_p = 1 this is exactly log_softmax(logits / temperature), which is what the trainer recomputes;
+with top_p < 1 the engine's value is >= the trainer's (the nucleus mass is < 1).
+
+Engines: "torch" (gspo.rollout.torch_engine, batched KV-cached sampling in plain torch, any device)
+and "vllm" (gspo.rollout.vllm_engine, the vLLM engine; an optional install).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+@dataclasses.dataclass
+class Completion:
+    token_ids: list[int]      # sampled tokens, including the stop token when one was hit
+    logprobs: list[float]     # one per token in token_ids (see module doc)
+    finish_reason: str = "length"   # "stop" (hit a stop token) or "length"
+
+
+class Engine(Protocol):
+    def generate(self, prompts: list[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int, stop_token_ids: list[int] | None = None
+                 ) -> list[list[Completion]]: ...
+
+    def update_weights(self, state_dict) -> None: ...
+
+
+ENGINES = ("torch", "vllm")
+
+
+def make_engine(name: str, model_path, **options) -> Engine:
+    """Build the rollout engine `name` ("torch" or "vllm") over the model at `model_path`."""
+    if name == "torch":
+        from gspo.rollout.torch_engine import TorchEngine
+        return TorchEngine(model_path, **options)
+    if name == "vllm":
+        from gspo.rollout.vllm_engine import VLLMEngine
+        return VLLMEngine(model_path, **options)
+    raise ValueError(f"unknown rollout engine {name!r}; expected one of {list(ENGINES)}")

@@ -1,0 +1,1 @@
+"""One thin entry point per workflow stage: `python -m pipeline.<stage> --config FILE`."""
