@@ -16,7 +16,7 @@ import tempfile
 import torch
 
 # Characters the math and code tasks need: all printable ASCII plus newline and tab.
-CHARS: list[str] = sorted(set(string.printable) - set("\r\x0b\x0c")) 
+CHARS: list[str] = sorted(set(string.printable) - set("\r\x0b\x0c"))
 SPECIAL_TOKENS = {"pad": "<pad>", "eos": "<eos>", "unk": "<unk>"}
 VOCAB_SIZE = 128  # padded up from len(CHARS) + specials for friendlier matmul shapes
 

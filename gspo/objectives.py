@@ -46,7 +46,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: str = "st
     if group_size < 2:
         raise ValueError("scale='std' needs group_size >= 2 (the std of one sample is undefined)")
     std = r.std(dim=1, keepdim=True)                       # unbiased
-    return (centred / (std + eps)).view(-1)
+    # An all-equal group is exactly 0 (not 0/eps noise), whatever eps is.
+    return torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred)).view(-1)
 
 
 def zero_variance_fraction(rewards: torch.Tensor, group_size: int) -> float:

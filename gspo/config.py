@@ -1,0 +1,293 @@
+"""Typed, documented configs for each stage, loadable from YAML and validated on load.
+
+Every field has a type, a default and a help text (`field(..., metadata={"help": ...})`). Loading
+rejects unknown keys and wrong types with a message naming the file and the dotted field; the
+dataclasses' `__post_init__` checks the invariants and says how to fix a violation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import types
+import typing
+from dataclasses import dataclass, field
+
+import yaml
+
+from gspo.objectives import AGGS, DEFAULT_EPS, DEFAULT_LOG_RATIO_CLAMP
+
+ALGORITHMS = {"grpo": "token", "gspo": "sequence", "gspo_token": "sequence_token"}
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file and field."""
+
+
+def _help(default, text: str, **kw):
+    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
+        return field(default_factory=lambda d=default: _copy(d), metadata={"help": text}, **kw)
+    return field(default=default, metadata={"help": text}, **kw)
+
+
+def _copy(v):
+    return json.loads(json.dumps(v)) if not dataclasses.is_dataclass(v) else dataclasses.replace(v)
+
+
+def _check(cond: bool, name: str, msg: str):
+    if not cond:
+        raise ConfigError(f"{name}: {msg}")
+
+
+@dataclass
+class DataSource:
+    path: str = _help("", "JSONL file of task records (fields id, task, prompt, solution, ...)")
+    weight: float = _help(1.0, "relative sampling weight of this file in the training mix")
+
+    def __post_init__(self):
+        _check(bool(self.path), "path", "is empty; give the JSONL file of task records")
+        _check(self.weight > 0, "weight", f"must be > 0, got {self.weight}")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = _help("torch", "rollout engine: 'torch' (batched KV-cached sampling) or 'vllm'")
+    device: str = _help("cpu", "device of the rollout engine ('cpu', 'cuda', 'cuda:1', ...)")
+    dtype: str = _help("float32", "engine precision: float32, bfloat16 or float16")
+
+    def __post_init__(self):
+        _check(self.engine in ("torch", "vllm"), "engine",
+               f"must be 'torch' or 'vllm', got {self.engine!r}")
+        _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype",
+               f"must be float32, bfloat16 or float16, got {self.dtype!r}")
+
+
+@dataclass
+class SFTConfig:
+    """Cold-start supervised fine-tuning on worked solutions (loss on response tokens only)."""
+
+    model: str = _help("tiny", "a model preset (tiny, small, tiny-moe: random-initialised from "
+                       "init_seed) or the path of a local Hugging Face checkpoint directory")
+    init_seed: int = _help(0, "seed of the random initialisation when `model` is a preset")
+    out_dir: str = _help("results/default/sft", "where checkpoints, metrics and the final model go")
+    train_data: list[DataSource] = _help([], "training files and their mixing weights")
+    eval_data: str = _help("", "optional JSONL of held-out records for a greedy accuracy check")
+    eval_problems: int = _help(64, "held-out records used for the periodic greedy check")
+    steps: int = _help(300, "optimizer steps")
+    batch_size: int = _help(32, "sequences per step")
+    lr: float = _help(5e-3, "peak learning rate (AdamW)")
+    warmup_steps: int = _help(20, "linear warm-up steps, then cosine decay")
+    min_lr_ratio: float = _help(0.1, "final learning rate as a fraction of the peak")
+    weight_decay: float = _help(0.0, "AdamW weight decay")
+    grad_clip: float = _help(1.0, "max global gradient norm")
+    max_len: int = _help(256, "longest prompt + response kept, in tokens (longer ones are cut)")
+    eval_every: int = _help(100, "steps between greedy held-out checks (0: only at the end)")
+    log_every: int = _help(10, "steps between metric records")
+    seed: int = _help(0, "seed of data order")
+    device: str = _help("cpu", "training device")
+    threads: int = _help(0, "torch intra-op threads (0: leave torch's default)")
+
+    def __post_init__(self):
+        _check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
+        for name in ("steps", "batch_size", "max_len"):
+            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        _check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must lie in [0, 1]")
+
+
+@dataclass
+class RLConfig:
+    """GRPO / GSPO / GSPO-token training. `algorithm` is the only field that differs between
+    the compared methods; clip ranges default to each method's paper setting."""
+
+    algorithm: str = _help("gspo", "grpo (token-level ratio), gspo (sequence-level) or gspo_token")
+    model: str = _help("results/default/sft/model", "the starting checkpoint (usually SFT output)")
+    out_dir: str = _help("results/default/rl/gspo-0", "checkpoints, metrics and final model")
+    train_data: list[DataSource] = _help([], "prompt files and their mixing weights")
+    steps: int = _help(50, "rollout batches (one 'step' = sample, score, then all its updates)")
+    prompts_per_step: int = _help(16, "prompts per rollout batch")
+    group_size: int = _help(8, "responses sampled per prompt (G)")
+    minibatches: int = _help(4, "optimizer updates per rollout batch per epoch (paper: 4); with 1 "
+                             "the run is on-policy and every ratio is exactly 1")
+    epochs: int = _help(1, "passes over each rollout batch")
+    micro_batch_size: int = _help(0, "sequences per forward/backward (0: the whole minibatch)")
+    lr: float = _help(5e-5, "learning rate (AdamW, constant after warm-up)")
+    warmup_steps: int = _help(0, "linear warm-up, in rollout steps")
+    weight_decay: float = _help(0.0, "AdamW weight decay")
+    grad_clip: float = _help(1.0, "max global gradient norm")
+    eps_low: typing.Optional[float] = _help(None, "lower clip range (None: 3e-4 for gspo/gspo_token, "
+                                           "0.2 for grpo)")
+    eps_high: typing.Optional[float] = _help(None, "upper clip range (None: 4e-4 for gspo/"
+                                            "gspo_token, 0.27 for grpo)")
+    agg: str = _help("seq-mean-token-mean", f"loss aggregation, one of {list(AGGS)}")
+    adv_scale: str = _help("std", "advantage scaling: 'std' ((r-mean)/std) or 'none' (r-mean)")
+    log_ratio_clamp: float = _help(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
+    kl_coef: float = _help(0.0, "KL penalty to the starting model (paper: 0)")
+    temperature: float = _help(1.0, "sampling temperature (also applied to trainer log-probs)")
+    top_p: float = _help(1.0, "nucleus sampling mass")
+    max_new_tokens: int = _help(64, "longest response, in tokens")
+    rollout: RolloutConfig = _help(RolloutConfig(), "rollout engine settings")
+    ckpt_every: int = _help(10, "steps between checkpoints (the last step is always saved)")
+    resume: bool = _help(True, "continue from the latest complete checkpoint in out_dir if any")
+    max_consecutive_nonfinite: int = _help(3, "stop after this many non-finite updates in a row")
+    seed: int = _help(0, "seed of prompt sampling, rollouts and minibatch order")
+    device: str = _help("cpu", "training device")
+    threads: int = _help(0, "torch intra-op threads (0: leave torch's default)")
+
+    def __post_init__(self):
+        _check(self.algorithm in ALGORITHMS, "algorithm",
+               f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
+        lo, hi = DEFAULT_EPS[ALGORITHMS[self.algorithm]]
+        if self.eps_low is None:
+            self.eps_low = lo
+        if self.eps_high is None:
+            self.eps_high = hi
+        _check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
+        for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
+                     "max_consecutive_nonfinite"):
+            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        _check(self.group_size >= 2, "group_size",
+               f"must be >= 2 for group-relative advantages, got {self.group_size}")
+        n = self.prompts_per_step * self.group_size
+        _check(n % self.minibatches == 0, "minibatches",
+               f"{self.minibatches} does not divide the rollout batch of {n} sequences "
+               "(prompts_per_step * group_size); pick a divisor")
+        _check(0 < self.eps_low < 1 and self.eps_high > 0, "eps_low/eps_high",
+               "need 0 < eps_low < 1 and eps_high > 0")
+        _check(self.agg in AGGS, "agg", f"must be one of {list(AGGS)}, got {self.agg!r}")
+        _check(self.adv_scale in ("std", "none"), "adv_scale", "must be 'std' or 'none'")
+        _check(self.temperature > 0, "temperature", "must be > 0 for RL sampling")
+        _check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
+        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        _check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
+
+    @property
+    def level(self) -> str:
+        return ALGORITHMS[self.algorithm]
+
+
+# -- loading ------------------------------------------------------------------------------------
+
+def _convert(tp, value, name: str):
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, name)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name}: expected a mapping, got {type(value).__name__}")
+        return from_dict(tp, value, prefix=name + ".")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{name}: expected a list, got {type(value).__name__}")
+        return [_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value)]
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls, data: dict, prefix: str = ""):
+    """Build dataclass `cls` from a plain dict, checking keys, types and invariants."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+    kwargs = {k: _convert(hints[k], v, prefix + k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{prefix}{e}") from None
+
+
+def _set_dotted(d: dict, dotted: str, value):
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+    d[keys[-1]] = value
+
+
+def load(cls, path, overrides: list[str] = ()):
+    """Load `cls` from YAML file `path`, then apply `key.sub=value` overrides (values are YAML)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of fields at the top level")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        _set_dotted(data, k, yaml.safe_load(v))
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def describe(cls) -> list[tuple[str, str, object, str]]:
+    """(name, type, default, help) of each field: the source of the docs' config reference."""
+    out = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        out.append((f.name, str(f.type), default, f.metadata.get("help", "")))
+    return out
+
+
+@dataclass
+class AimeDataConfig:
+    sft_n: int = _help(20000, "worked problems for SFT (train split)")
+    sft_steps: list[int] = _help([1, 2, 3], "add/subtract step counts mixed in the SFT set")
+    rl_n: int = _help(5000, "RL prompts (train split)")
+    rl_steps: list[int] = _help([3], "step counts of RL prompts")
+    test_n: int = _help(300, "held-out problems (test split)")
+    test_steps: list[int] = _help([3], "step counts of held-out problems")
+    max_operand: int = _help(9, "operands are drawn from 1..max_operand")
+
+    def __post_init__(self):
+        for name in ("sft_n", "rl_n", "test_n", "max_operand"):
+            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        for name in ("sft_steps", "rl_steps", "test_steps"):
+            v = getattr(self, name)
+            _check(len(v) > 0 and all(s >= 0 for s in v), name, "must be a non-empty list of >= 0")
+
+
+@dataclass
+class DataGenConfig:
+    """Procedurally generated task data (train / RL / held-out test splits, disjoint)."""
+
+    out_dir: str = _help("results/default/data", "where the JSONL files are written")
+    seed: int = _help(0, "generator seed")
+    test_fraction: float = _help(0.1, "share of the problem space reserved for the test split")
+    aime: AimeDataConfig = _help(AimeDataConfig(), "AIME-style math")
+
+    def __post_init__(self):
+        _check(0 < self.test_fraction < 1, "test_fraction", "must lie in (0, 1)")

@@ -1,0 +1,70 @@
+"""Training data: weighted mixes of task-record files, stateless sampling, padded batches."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from gspo.io import DataError, file_sha256, read_jsonl
+
+REQUIRED = ("id", "task", "prompt")
+
+
+class Mix:
+    """Records from several JSONL files, sampled with per-file weights.
+
+    Sampling is a pure function of (seed, step), so a resumed run draws exactly what an
+    uninterrupted one would.
+    """
+
+    def __init__(self, sources, *, need_solution: bool = False):
+        self.files = []
+        req = REQUIRED + (("solution",) if need_solution else ())
+        for src in sources:
+            recs = read_jsonl(src.path, required=req)
+            if not recs:
+                raise DataError(f"{src.path}: no records")
+            self.files.append((src.path, src.weight, recs))
+
+    def hashes(self) -> dict[str, str]:
+        return {path: file_sha256(path) for path, _, _ in self.files}
+
+    def sample(self, n: int, *, seed: int, step: int) -> list[dict]:
+        rng = random.Random(f"mix:{seed}:{step}")
+        weights = [w for _, w, _ in self.files]
+        picks = rng.choices(range(len(self.files)), weights=weights, k=n)
+        return [rng.choice(self.files[i][2]) for i in picks]
+
+
+def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+              max_len: int | None = None) -> dict[str, torch.Tensor]:
+    """Right-padded prompt+response tensors and the mask of response *targets*.
+
+    input_ids: (B, L); attention_mask: (B, L); target_mask: (B, L-1), 1 where logits[:, t]
+    predicts a response token (i.e. input_ids[:, t+1] is part of the response).
+    """
+    seqs = [p + r for p, r in zip(prompts, responses)]
+    if max_len is not None:
+        seqs = [s[:max_len] for s in seqs]
+    L = max(len(s) for s in seqs)
+    B = len(seqs)
+    ids = torch.full((B, L), pad_id, dtype=torch.long)
+    att = torch.zeros(B, L, dtype=torch.long)
+    tmask = torch.zeros(B, max(L - 1, 1))
+    for i, (s, p) in enumerate(zip(seqs, prompts)):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        att[i, :len(s)] = 1
+        tmask[i, len(p) - 1:len(s) - 1] = 1.0
+    return {"input_ids": ids, "attention_mask": att, "target_mask": tmask}
+
+
+def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False):
+    """Per-target log-probs (B, L-1) under softmax(logits / temperature), optionally entropy."""
+    from gspo.objectives import token_logprobs
+
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                use_cache=False)
+    logits = out.logits[:, :-1]                                             # (B, L-1, V)
+    logp, ent = token_logprobs(logits, batch["input_ids"][:, 1:], temperature)
+    return (logp, ent) if with_entropy else logp

@@ -1,0 +1,194 @@
+"""Batched, KV-cached sampling in plain torch over a Hugging Face Qwen3 / Qwen3-MoE model.
+
+Why not `transformers.generate`: for the tiny models, per-step Python overhead dominates, and the
+RL loop needs the sampled tokens' log-probs under the sampling distribution. This engine reuses the
+model's own modules (norms, projections, rotary embedding, dense MLP or sparse-MoE block) and
+replaces only the attention cache with a preallocated static one:
+
+- each distinct prompt is prefilled once and its cache copied n times (G samples share a prompt);
+- left padding, with per-row positions, so every row decodes in lock-step;
+- finished rows are dropped from the batch as they stop, so late steps cost only what is alive.
+
+Determinism: one `torch.Generator` seeded with `seed` drives all sampling, so the same model,
+prompts and arguments give the same completions on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from gspo.rollout import Completion
+
+
+def _apply_rope(x, cos, sin):
+    # x: (B, H, S, D); cos/sin: (B, S, D)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return (tokens (B,), log-prob under the sampling dist (B,)).
+
+    temperature == 0 means greedy; its log-prob is then that of softmax(logits).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        tok = logits.argmax(dim=-1)
+        return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / temperature, dim=-1)                 # (B, V)
+    if top_p < 1.0:
+        sorted_lp, idx = logp.sort(dim=-1, descending=True)
+        cum = sorted_lp.exp().cumsum(dim=-1)
+        drop = (cum - sorted_lp.exp()) >= top_p       # keep the smallest prefix reaching top_p
+        sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
+        logp = torch.full_like(logp, float("-inf")).scatter(-1, idx, sorted_lp)
+        logp = torch.log_softmax(logp, dim=-1)                             # renormalise nucleus
+    tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+class TorchEngine:
+    """Rollout engine over a local HF causal-LM directory (see gspo.rollout for the contract)."""
+
+    def __init__(self, model_path, *, device: str = "cpu", dtype: str = "float32", model=None):
+        from gspo.models import load_model
+
+        self.device = torch.device(device)
+        self.dtype = getattr(torch, dtype)
+        if model is None:
+            model, _ = load_model(model_path, dtype=self.dtype)
+        self.model = model.to(self.device).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        cfg = self.model.config
+        self.n_layers = cfg.num_hidden_layers
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.max_len = cfg.max_position_embeddings
+
+    def update_weights(self, state_dict) -> None:
+        """Load new policy weights (e.g. the trainer's `state_dict()`) into the engine's model."""
+        with torch.no_grad():
+            self.model.load_state_dict(state_dict, strict=True)
+
+    # -- the forward pass with a static cache --------------------------------------------------
+    def _forward(self, ids, pos, cache_k, cache_v, start, key_valid):
+        """Run tokens `ids` (B, S) at positions `pos` (B, S), writing K/V at [start, start+S).
+
+        key_valid: (B, L) bool over the cache; attention is causal within the new block.
+        Returns logits of the last position, (B, V).
+        """
+        m = self.model.model
+        B, S = ids.shape
+        x = m.embed_tokens(ids)                                            # (B, S, H)
+        cos, sin = m.rotary_emb(x, pos)                                    # (B, S, D)
+        end = start + S
+        # (B, 1, S, end): cached keys are visible where valid; new keys causally.
+        causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()
+        mask = key_valid[:, None, None, :end].expand(B, 1, S, end).clone()
+        mask[:, :, :, start:end] &= causal
+        mask[:, :, torch.arange(S), start + torch.arange(S)] = True        # never an all-masked row
+        for i, layer in enumerate(m.layers):
+            attn = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = attn.q_norm(attn.q_proj(h).view(B, S, -1, self.head_dim)).transpose(1, 2)
+            k = attn.k_norm(attn.k_proj(h).view(B, S, -1, self.head_dim)).transpose(1, 2)
+            v = attn.v_proj(h).view(B, S, -1, self.head_dim).transpose(1, 2)
+            q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
+            cache_k[i][:, :, start:end] = k
+            cache_v[i][:, :, start:end] = v
+            o = F.scaled_dot_product_attention(
+                q, cache_k[i][:, :, :end], cache_v[i][:, :, :end], attn_mask=mask,
+                scale=attn.scaling, enable_gqa=self.n_kv != self.n_heads)
+            x = x + attn.o_proj(o.transpose(1, 2).reshape(B, S, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        x = m.norm(x[:, -1])
+        return self.model.lm_head(x)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
+                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
+                 stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
+        if not prompts or n < 1:
+            return [[] for _ in prompts]
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if stop_token_ids is None:
+            eos = self.model.config.eos_token_id
+            stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        dev = self.device
+        P = len(prompts)
+        plen = max(len(p) for p in prompts)
+        max_new = min(max_new_tokens, self.max_len - plen)
+        if max_new <= 0:
+            raise ValueError(f"prompt of {plen} tokens leaves no room within max length {self.max_len}")
+        L = plen + max_new
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+
+        # Prefill each distinct prompt once, left-padded.
+        ids = torch.zeros(P, plen, dtype=torch.long, device=dev)
+        valid = torch.zeros(P, L, dtype=torch.bool, device=dev)
+        for i, p in enumerate(prompts):
+            ids[i, plen - len(p):] = torch.tensor(p, device=dev)
+            valid[i, plen - len(p):plen] = True
+        pad = plen - valid[:, :plen].sum(1)                                # (P,)
+        pos = (torch.arange(plen, device=dev)[None, :] - pad[:, None]).clamp(min=0)
+        shape = (P, self.n_kv, L, self.head_dim)
+        ck = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(self.n_layers)]
+        cv = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(self.n_layers)]
+        logits = self._forward(ids, pos, ck, cv, 0, valid)                 # (P, V)
+
+        # Expand to P*n rows, prompt-major.
+        rep = torch.arange(P, device=dev).repeat_interleave(n)
+        ck = [c[rep] for c in ck]
+        cv = [c[rep] for c in cv]
+        valid, logits, pad = valid[rep], logits[rep], pad[rep]
+        N = P * n
+        out_tok = torch.zeros(N, max_new, dtype=torch.long)
+        out_lp = torch.zeros(N, max_new)
+        out_len = torch.full((N,), max_new, dtype=torch.long)
+        stopped = torch.zeros(N, dtype=torch.bool)
+        alive = torch.arange(N, device=dev)        # original row index of each batch row
+        stop = torch.tensor(stop_token_ids, dtype=torch.long, device=dev)
+
+        for t in range(max_new):
+            tok, lp = sample_next(logits, temperature, top_p, gen)
+            rows = alive.cpu()
+            out_tok[rows, t] = tok.cpu()
+            out_lp[rows, t] = lp.cpu()
+            done = torch.isin(tok, stop) if stop.numel() else torch.zeros_like(tok, dtype=torch.bool)
+            if done.any():
+                d = rows[done.cpu()]
+                out_len[d] = t + 1
+                stopped[d] = True
+            if t == max_new - 1:
+                break
+            keep = ~done
+            if not keep.any():
+                break
+            if not keep.all():
+                alive, tok, pad, valid = alive[keep], tok[keep], pad[keep], valid[keep]
+                ck = [c[keep] for c in ck]
+                cv = [c[keep] for c in cv]
+            valid[:, plen + t] = True
+            pos = (plen + t - pad)[:, None]
+            logits = self._forward(tok[:, None], pos, ck, cv, plen + t, valid)
+
+        results: list[list[Completion]] = []
+        for i in range(P):
+            group = []
+            for j in range(n):
+                r = i * n + j
+                k = int(out_len[r])
+                group.append(Completion(token_ids=out_tok[r, :k].tolist(),
+                                        logprobs=out_lp[r, :k].tolist(),
+                                        finish_reason="stop" if stopped[r] else "length"))
+            results.append(group)
+        return results

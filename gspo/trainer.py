@@ -1,0 +1,267 @@
+"""The RL loop shared by GRPO, GSPO and GSPO-token; `cfg.algorithm` is the only switch.
+
+One step:  sample prompts -> G rollouts each (engine) -> rewards (the benchmark's own scoring)
+-> group advantages -> old log-probs (one no-grad pass of the policy) -> `epochs` x `minibatches`
+clipped updates -> sync the new weights into the engine -> log -> maybe checkpoint.
+
+The first minibatch of each step is on-policy (ratio exactly 1); the later ones are not, which is
+where the algorithms differ. Every random draw is a pure function of (seed, step), and the LR
+schedule of the step, so resuming from a checkpoint reproduces an uninterrupted run bit for bit on
+CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import pathlib
+import time
+
+import torch
+from tqdm import tqdm
+
+from gspo import objectives
+from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, save_checkpoint,
+                             write_run_info, STATE)
+from gspo.config import RLConfig, to_dict
+from gspo.data import Mix, pad_batch, sequence_logprobs
+from gspo.flops import FlopCounter
+from gspo.io import write_json
+from gspo.models import load_model
+from gspo.rollout import make_engine
+from gspo.sft import encoder
+from gspo.tracking import MetricsLog
+
+
+class TrainingError(RuntimeError):
+    pass
+
+
+def _step_seed(seed: int, step: int, salt: int) -> int:
+    return (seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1)
+
+
+def _finite(*xs) -> bool:
+    return all(math.isfinite(float(x)) for x in xs)
+
+
+class Trainer:
+    def __init__(self, cfg: RLConfig):
+        self.cfg = cfg
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.out = pathlib.Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.ckpt_root = self.out / "checkpoints"
+        self.mix = Mix(cfg.train_data)
+        self.start_step = 0
+        self.state = {"compute_flops": 0.0, "tokens_generated": 0, "tokens_trained": 0,
+                      "nonfinite_skips": 0, "wall_s": 0.0}
+        resume_from = latest_checkpoint(self.ckpt_root) if cfg.resume else None
+        src = resume_from if resume_from is not None else cfg.model
+        self.policy, self.tok = load_model(src)
+        self.policy.to(cfg.device)
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
+                                     weight_decay=cfg.weight_decay)
+        if resume_from is not None:
+            st = torch.load(resume_from / STATE, weights_only=False)
+            self.opt.load_state_dict(st["optimizer"])
+            self.start_step = st["step"]
+            self.state = st["counters"]
+        self.ref = None
+        if cfg.kl_coef:
+            self.ref, _ = load_model(cfg.model)
+            self.ref.to(cfg.device).eval().requires_grad_(False)
+        self.engine = self._make_engine(src)
+        self.enc = encoder(self.tok)
+        self.flops = FlopCounter(self.policy)
+        self.log = MetricsLog(self.out / "metrics.jsonl",
+                              resume_step=self.start_step if resume_from is not None else None)
+        self.old_logprob_passes = 0
+        write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
+                                          algorithm=cfg.algorithm, resumed_from=str(resume_from)))
+
+    def _make_engine(self, src):
+        r = self.cfg.rollout
+        if r.engine == "torch":
+            eng_model = copy.deepcopy(self.policy).to(dtype=getattr(torch, r.dtype))
+            return make_engine("torch", src, device=r.device, dtype=r.dtype, model=eng_model)
+        return make_engine(r.engine, src, device=r.device, dtype=r.dtype)
+
+    def lr_at(self, step: int) -> float:
+        w = self.cfg.warmup_steps
+        return self.cfg.lr * min(1.0, (step + 1) / w) if w else self.cfg.lr
+
+    # -- one rollout batch --------------------------------------------------------------------
+    def rollout(self, step: int):
+        from evaluators.tasks import reward
+
+        cfg = self.cfg
+        recs = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
+        prompts = [self.enc(r["prompt"]) for r in recs]
+        groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
+                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                      seed=_step_seed(cfg.seed, step, 1),
+                                      stop_token_ids=[self.tok.eos_token_id])
+        flat_p, flat_c, rewards = [], [], []
+        for rec, p, group in zip(recs, prompts, groups):
+            for c in group:
+                text = self.tok.decode(c.token_ids, skip_special_tokens=True)
+                flat_p.append(p)
+                flat_c.append(c)
+                rewards.append(reward(rec, text))
+        return flat_p, flat_c, torch.tensor(rewards)
+
+    def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        self.old_logprob_passes += 1
+        self.policy.eval()
+        with torch.no_grad():
+            logp, ent = self._chunked(batch, with_entropy=True)
+        return logp, ent
+
+    def _chunked(self, batch, with_entropy=False):
+        mbs = self.cfg.micro_batch_size or batch["input_ids"].shape[0]
+        outs = []
+        for i in range(0, batch["input_ids"].shape[0], mbs):
+            sub = {k: v[i:i + mbs] for k, v in batch.items()}
+            outs.append(sequence_logprobs(self.policy, sub, self.cfg.temperature,
+                                          with_entropy=with_entropy))
+        if with_entropy:
+            return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+        return torch.cat(outs)
+
+    def update(self, batch, old_logp, adv, step: int) -> tuple[dict, int]:
+        """epochs x minibatches optimizer steps; returns averaged metrics and skipped updates."""
+        cfg = self.cfg
+        N = batch["input_ids"].shape[0]
+        gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
+        per_mb: list[dict] = []
+        skipped = 0
+        self.policy.train()
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        for _ in range(cfg.epochs):
+            perm = torch.randperm(N, generator=gen)
+            for mb in perm.chunk(cfg.minibatches):
+                self.opt.zero_grad(set_to_none=True)
+                mbs = cfg.micro_batch_size or len(mb)
+                mask_all = batch["target_mask"][mb]
+                tot_tokens = mask_all.sum().clamp(min=1)
+                loss_sum = 0.0
+                metrics_acc: dict[str, list] = {}
+                for j in range(0, len(mb), mbs):
+                    idx = mb[j:j + mbs]
+                    sub = {k: v[idx] for k, v in batch.items()}
+                    logp = sequence_logprobs(self.policy, sub, cfg.temperature)
+                    ref_logp = None
+                    if self.ref is not None:
+                        with torch.no_grad():
+                            ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature)
+                    loss, m = objectives.policy_loss(
+                        logp, old_logp[idx], adv[idx], sub["target_mask"], level=cfg.level,
+                        eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
+                        log_ratio_clamp=cfg.log_ratio_clamp, ref_logp=ref_logp,
+                        kl_coef=cfg.kl_coef)
+                    # Weight micro-batches so their sum equals the minibatch's own aggregate.
+                    w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
+                         else torch.tensor(len(idx) / len(mb)))
+                    (loss * w).backward()
+                    loss_sum += float(loss) * float(w)
+                    for k, v in m.items():
+                        metrics_acc.setdefault(k, []).append((v, float(w)))
+                gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                if not _finite(loss_sum, gnorm):
+                    self.opt.zero_grad(set_to_none=True)
+                    skipped += 1
+                    self.state["nonfinite_skips"] += 1
+                    self._consecutive_nonfinite += 1
+                    if self._consecutive_nonfinite >= cfg.max_consecutive_nonfinite:
+                        raise TrainingError(
+                            f"step {step + 1}: {self._consecutive_nonfinite} non-finite updates in "
+                            f"a row (loss={loss_sum}, grad_norm={float(gnorm)}); stopping. Lower "
+                            "lr, check the rewards and data, or raise max_consecutive_nonfinite")
+                    continue
+                self._consecutive_nonfinite = 0
+                self.opt.step()
+                rec = {k: (min(x for x, _ in v) if k == "ratio_min" else
+                           max(x for x, _ in v) if k == "ratio_max" else
+                           sum(x * w for x, w in v)) for k, v in metrics_acc.items()}
+                rec["loss"] = loss_sum
+                rec["grad_norm"] = float(gnorm)
+                per_mb.append(rec)
+        if not per_mb:
+            return {}, skipped
+        out = {}
+        for k in per_mb[0]:
+            vals = [r[k] for r in per_mb]
+            out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
+                sum(vals) / len(vals)
+        if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
+            out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
+        return out, skipped
+
+    # -- the loop -----------------------------------------------------------------------------
+    def train(self) -> pathlib.Path:
+        cfg = self.cfg
+        self._consecutive_nonfinite = 0
+        bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]",
+                   initial=self.start_step, total=cfg.steps, dynamic_ncols=True)
+        for step in bar:
+            for g in self.opt.param_groups:
+                g["lr"] = self.lr_at(step)
+            t0 = time.perf_counter()
+            prompts, comps, rewards = self.rollout(step)
+            t1 = time.perf_counter()
+            batch = pad_batch(prompts, [c.token_ids for c in comps], self.tok.pad_token_id)
+            batch = {k: v.to(cfg.device) for k, v in batch.items()}
+            mask = batch["target_mask"]
+            adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
+            old_logp, entropy = self.old_logprobs(batch)
+            t2 = time.perf_counter()
+            engine_logp = torch.zeros_like(old_logp)
+            for i, (p, c) in enumerate(zip(prompts, comps)):
+                engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
+            upd, skipped = self.update(batch, old_logp, adv.to(cfg.device), step)
+            self.engine.update_weights(self.policy.state_dict())
+            t3 = time.perf_counter()
+
+            lengths = batch["attention_mask"].sum(1).tolist()
+            f = self.flops.forward(lengths)
+            self.state["compute_flops"] += f * (2 + 3 * cfg.epochs)
+            resp_len = mask.sum(1)
+            self.state["tokens_generated"] += int(resp_len.sum())
+            self.state["tokens_trained"] += int(resp_len.sum()) * cfg.epochs
+            self.state["wall_s"] += t3 - t0
+            gap = (engine_logp - old_logp).abs() * mask
+            rec = {
+                "reward_mean": rewards.mean().item(),
+                "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
+                "zero_variance_groups": objectives.zero_variance_fraction(rewards, cfg.group_size),
+                "entropy": ((entropy * mask).sum() / mask.sum()).item(),
+                "response_length": resp_len.mean().item(),
+                "lr": self.lr_at(step),
+                "skipped_updates": skipped,
+                "logprob_gap_mean": (gap.sum() / mask.sum()).item(),
+                "logprob_gap_max": gap.max().item(),
+                "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
+                **{k: v for k, v in upd.items()},
+                **{k: v for k, v in self.state.items()},
+            }
+            self.log.log(step + 1, rec)
+            bar.set_postfix(reward=f"{rec['reward_mean']:.3f}",
+                            clip=f"{rec.get('clip_frac_tokens', 0):.3f}")
+            if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
+                self.checkpoint(step + 1)
+        final = latest_checkpoint(self.ckpt_root)
+        publish_model(final, self.out / "model")
+        write_json(self.out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
+                                               **self.state})
+        return self.out / "model"
+
+    def checkpoint(self, step: int) -> pathlib.Path:
+        return save_checkpoint(self.ckpt_root, step, self.policy, self.tok,
+                               {"step": step, "optimizer": self.opt.state_dict(),
+                                "counters": dict(self.state)})
+
+
+def run_rl(cfg: RLConfig) -> pathlib.Path:
+    return Trainer(cfg).train()
