@@ -165,7 +165,7 @@ class Trainer:
                     w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
                          else torch.tensor(len(idx) / len(mb)))
                     (loss * w).backward()
-                    loss_sum += float(loss) * float(w)
+                    loss_sum += loss.item() * float(w)
                     for k, v in m.items():
                         metrics_acc.setdefault(k, []).append((v, float(w)))
                 gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

@@ -1,0 +1,91 @@
+import math
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from gspo.data import pad_batch, sequence_logprobs
+from gspo.models import load_model
+from gspo.rollout import make_engine
+from gspo.rollout.torch_engine import sample_next
+
+
+@pytest.fixture(scope="module", params=["tiny", "tiny-moe"])
+def setup(request, tiny_model_dir, tiny_moe_model_dir):
+    path = tiny_model_dir if request.param == "tiny" else tiny_moe_model_dir
+    tok = AutoTokenizer.from_pretrained(path)
+    prompts = [tok(t, add_special_tokens=False).input_ids
+               for t in ["Compute (7*3+5) mod 1000.\n", "Hi\n", "x"]]
+    return path, tok, prompts
+
+
+def test_engine_logprobs_equal_the_trainers_recomputed_logprobs(setup):
+    path, tok, prompts = setup
+    engine = make_engine("torch", path)
+    model, _ = load_model(path)
+    groups = engine.generate(prompts, n=3, temperature=0.7, top_p=1.0, max_new_tokens=12, seed=5)
+    flat_p = [p for p, g in zip(prompts, groups) for _ in g]
+    flat_c = [c for g in groups for c in g]
+    batch = pad_batch(flat_p, [c.token_ids for c in flat_c], tok.pad_token_id)
+    with torch.no_grad():
+        logp = sequence_logprobs(model, batch, temperature=0.7)
+    for i, (p, c) in enumerate(zip(flat_p, flat_c)):
+        ours = logp[i, len(p) - 1:len(p) - 1 + len(c.token_ids)]
+        assert len(c.logprobs) == len(c.token_ids)
+        assert torch.allclose(ours, torch.tensor(c.logprobs), atol=1e-4)
+
+
+def test_generation_is_deterministic_for_a_seed_and_differs_across_seeds(setup):
+    path, _, prompts = setup
+    engine = make_engine("torch", path)
+    kw = dict(n=4, temperature=1.0, top_p=1.0, max_new_tokens=10)
+    a = engine.generate(prompts, seed=1, **kw)
+    b = engine.generate(prompts, seed=1, **kw)
+    c = engine.generate(prompts, seed=2, **kw)
+    ids = lambda gs: [[x.token_ids for x in g] for g in gs]  # noqa: E731
+    assert ids(a) == ids(b) and ids(a) != ids(c)
+    assert [len(g) for g in a] == [4, 4, 4]
+
+
+def test_generation_stops_at_a_stop_token_and_includes_it(setup):
+    path, _, prompts = setup
+    engine = make_engine("torch", path)
+    # Stop on every token id: each completion is exactly one token long.
+    out = engine.generate(prompts, n=2, temperature=1.0, top_p=1.0, max_new_tokens=10, seed=0,
+                          stop_token_ids=list(range(128)))
+    assert all(len(c.token_ids) == 1 and c.finish_reason == "stop" for g in out for c in g)
+    out = engine.generate(prompts, n=2, temperature=1.0, top_p=1.0, max_new_tokens=7, seed=0,
+                          stop_token_ids=[])
+    assert all(len(c.token_ids) == 7 and c.finish_reason == "length" for g in out for c in g)
+
+
+def test_update_weights_changes_what_the_engine_samples(setup):
+    path, _, prompts = setup
+    engine = make_engine("torch", path)
+    model, _ = load_model(path)
+    before = engine.generate(prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=8, seed=0)
+    sd = model.state_dict()
+    # A zero final norm makes every logit 0: greedy then picks token 0 whatever the input.
+    sd["model.norm.weight"] = torch.zeros_like(sd["model.norm.weight"])
+    engine.update_weights(sd)
+    after = engine.generate(prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=8, seed=0,
+                            stop_token_ids=[])
+    assert all(c.token_ids == [0] * 8 for g in after for c in g)
+    assert before != after
+
+
+def test_top_p_logprobs_are_those_of_the_renormalised_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    gen = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(200):
+        tok, lp = sample_next(logits, 1.0, 0.8, gen)
+        seen.add(int(tok))
+        # nucleus {0, 1} has mass 0.8: p = 0.5/0.8 or 0.3/0.8
+        assert lp.item() == pytest.approx(math.log([0.625, 0.375][int(tok)]), abs=1e-5)
+    assert seen == {0, 1}
+
+
+def test_an_unknown_engine_name_is_rejected():
+    with pytest.raises(ValueError, match="unknown rollout engine 'sglang'"):
+        make_engine("sglang", "x")

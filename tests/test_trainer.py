@@ -1,0 +1,159 @@
+"""SFT and RL end to end on a toy problem set: resume, non-finite handling, one-switch methods."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from evaluators import aime
+from gspo import trainer as trainer_mod
+from gspo.checkpoint import list_checkpoints
+from gspo.config import DataSource, RLConfig, SFTConfig
+from gspo.sft import run_sft
+from gspo.tracking import read_metrics
+
+TIMING = {"wall_s", "time_rollout_s", "time_old_logprob_s", "time_update_s"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    # A small problem space (operands 1..3, one step) that 100 SFT steps half learn, so that
+    # RL groups have reward variance to learn from.
+    aime.write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
+                     d / "train.jsonl")
+    return d
+
+
+@pytest.fixture(scope="module")
+def sft_model(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft")
+    cfg = SFTConfig(model="tiny", out_dir=str(out), steps=100, batch_size=16, lr=1e-2,
+                    warmup_steps=5, train_data=[DataSource(str(data / "train.jsonl"))],
+                    eval_data=str(data / "train.jsonl"), eval_problems=8, eval_every=0, threads=1)
+    return run_sft(cfg)
+
+
+def rl_cfg(data, sft_model, out, **kw):
+    base = dict(model=str(sft_model), out_dir=str(out), train_data=[DataSource(str(data / "train.jsonl"))],
+                steps=4, prompts_per_step=4, group_size=4, minibatches=4, lr=1e-3,
+                max_new_tokens=32, ckpt_every=2, threads=1, temperature=1.0)
+    base.update(kw)
+    return RLConfig(**base)
+
+
+def weights(model_dir):
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def test_sft_lowers_the_loss_and_writes_a_loadable_model(sft_model):
+    metrics = read_metrics(sft_model.parent / "metrics.jsonl")
+    assert metrics[-1]["loss"] < metrics[0]["loss"] * 0.6
+    assert "greedy_accuracy" in metrics[-1]
+    info = json.loads((sft_model.parent / "run_info.json").read_text())
+    assert info["seed"] == 0 and info["git_commit"] and len(info["data_hashes"]) == 1
+    assert (sft_model / "config.json").is_file() and (sft_model / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "gspo", "gspo_token"])
+def test_each_algorithm_trains_and_logs_the_step_metrics(data, sft_model, tmp_path, algorithm):
+    cfg = rl_cfg(data, sft_model, tmp_path, algorithm=algorithm)
+    out = trainer_mod.run_rl(cfg)
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for key in ("reward_mean", "reward_std", "zero_variance_groups", "clip_frac_tokens",
+                "clip_frac_seqs", "ratio_mean", "ratio_min", "ratio_max", "approx_kl", "entropy",
+                "response_length", "grad_norm", "lr", "tokens_generated", "tokens_trained",
+                "time_rollout_s", "time_old_logprob_s", "time_update_s", "compute_flops"):
+        assert key in rows[-1], key
+    assert rows[-1]["compute_flops"] > rows[0]["compute_flops"] > 0
+    assert any(r["zero_variance_groups"] < 1 for r in rows)   # the toy gives a learning signal
+    assert max(r["approx_kl"] for r in rows) > 0   # 4 minibatches: later ones are off-policy
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["step_000002", "step_000004"]
+    assert not torch.equal(weights(out)["model.norm.weight"], weights(sft_model)["model.norm.weight"])
+
+
+def test_gspo_clips_far_more_tokens_than_grpo_under_the_papers_clip_ranges(data, sft_model, tmp_path):
+    fracs = {}
+    for alg in ("gspo", "grpo"):
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / alg, algorithm=alg, lr=2e-4))
+        rows = read_metrics(tmp_path / alg / "metrics.jsonl")
+        fracs[alg] = sum(r["clip_frac_tokens"] for r in rows) / len(rows)
+    print(fracs)
+    assert fracs["gspo"] > 5 * fracs["grpo"]
+
+
+def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_model, tmp_path,
+                                                                    monkeypatch):
+    full = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", steps=5))
+
+    original = trainer_mod.Trainer.rollout
+
+    def crash_at_step_4(self, step):
+        if step == 3:
+            raise KeyboardInterrupt("simulated stop")
+        return original(self, step)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "rollout", crash_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5))
+    assert len(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == 3     # steps 1-3 logged
+    assert list_checkpoints(tmp_path / "cut" / "checkpoints")[-1].name == "step_000002"
+    monkeypatch.setattr(trainer_mod.Trainer, "rollout", original)
+    resumed = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5))
+
+    a, b = weights(full), weights(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731
+    assert strip(read_metrics(tmp_path / "full" / "metrics.jsonl")) == \
+        strip(read_metrics(tmp_path / "cut" / "metrics.jsonl"))
+
+
+def _nan_loss_on(calls_to_poison):
+    real = trainer_mod.objectives.policy_loss
+    count = {"n": 0}
+
+    def poisoned(*args, **kw):
+        loss, m = real(*args, **kw)
+        count["n"] += 1
+        if count["n"] in calls_to_poison:
+            loss = loss * float("nan")
+        return loss, m
+    return poisoned
+
+
+def test_a_single_nan_update_is_skipped_counted_and_logged(data, sft_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer_mod.objectives, "policy_loss", _nan_loss_on({2}))
+    out = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2))
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert rows[0]["skipped_updates"] == 1 and rows[1]["skipped_updates"] == 0
+    assert rows[-1]["nonfinite_skips"] == 1
+    assert all(torch.isfinite(v).all() for v in weights(out).values())
+
+
+def test_repeated_nan_updates_stop_the_run_with_a_clear_message(data, sft_model, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setattr(trainer_mod.objectives, "policy_loss", _nan_loss_on(set(range(1, 100))))
+    with pytest.raises(trainer_mod.TrainingError, match="3 non-finite updates in a row"):
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2))
+
+
+def test_a_missing_config_file_is_a_one_line_error():
+    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", "nope.yaml"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: nope.yaml: config file not found"
+
+
+def test_a_bad_field_in_the_config_names_the_field_and_the_fix(tmp_path, data):
+    cfg = tmp_path / "rl.yaml"
+    cfg.write_text(f"algorithm: gspo\ntrain_data: [{{path: {data}/train.jsonl}}]\n"
+                   "prompts_per_step: 3\ngroup_size: 5\nminibatches: 4\n")
+    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "minibatches: 4 does not divide the rollout batch of 15" in r.stderr
