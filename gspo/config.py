@@ -186,6 +186,11 @@ def _convert(tp, value, name: str):
             raise ConfigError(f"{name}: expected a list, got {type(value).__name__}")
         return [_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value)]
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 5e-5 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name}: expected a number, got {value!r}")
         return float(value)

@@ -1,0 +1,104 @@
+"""Rollout throughput (torch engine vs `transformers.generate`) and the RL step's phase split.
+
+    python benchmarks/rollout_and_step.py [--model DIR] [--prompts 32] [--n 8] [--new 64]
+
+Both generators run on the same model, the same prompts and the same batch, in this one process,
+alternating, so machine-speed drift hits both alike (see shared measurements: speed here varies
+~2x within an hour). Reports median tokens/s over repeats and the ratio. Then a few RL steps
+(GSPO, default shapes) report where the step's time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from evaluators import aime  # noqa: E402
+from gspo.config import DataSource, RLConfig  # noqa: E402
+from gspo.models import build_tiny, load_model  # noqa: E402
+from gspo.rollout import make_engine  # noqa: E402
+from gspo.trainer import Trainer  # noqa: E402
+from gspo.tracking import read_metrics  # noqa: E402
+
+
+def hf_generate(model, prompts, n, new, eos, pad):
+    rows = [p for p in prompts for _ in range(n)]
+    L = max(map(len, rows))
+    ids = torch.tensor([[pad] * (L - len(p)) + p for p in rows])
+    att = (ids != pad).long()
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, top_k=0, top_p=1.0,
+                             temperature=1.0, max_new_tokens=new, eos_token_id=eos,
+                             pad_token_id=pad)
+    gen = out[:, L:]
+    # tokens up to and including the first eos
+    lengths = [(int((r == eos).nonzero()[0]) + 1) if (r == eos).any() else r.numel() for r in gen]
+    return sum(lengths)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", help="model dir (default: a fresh random `tiny` preset)")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rl-steps", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    work = pathlib.Path(tempfile.mkdtemp(prefix="gspo-bench-"))
+    path = pathlib.Path(args.model) if args.model else build_tiny("tiny", work / "tiny", seed=0)
+    model, tok = load_model(path)
+    model.eval()
+    engine = make_engine("torch", path)
+    probs = aime.generate(args.prompts, split="train", seed=0, difficulty=aime.Difficulty(3, 9))
+    prompts = [tok(r["prompt"], add_special_tokens=False).input_ids for r in probs]
+
+    rates = {"torch engine": [], "transformers generate": []}
+    for rep in range(args.repeats + 1):             # the first round warms up, not counted
+        t = time.perf_counter()
+        out = engine.generate(prompts, n=args.n, temperature=1.0, top_p=1.0,
+                              max_new_tokens=args.new, seed=rep)
+        ntok = sum(len(c.token_ids) for g in out for c in g)
+        dt_e = time.perf_counter() - t
+        t = time.perf_counter()
+        ntok_hf = hf_generate(model, prompts, args.n, args.new, tok.eos_token_id, tok.pad_token_id)
+        dt_h = time.perf_counter() - t
+        if rep:
+            rates["torch engine"].append(ntok / dt_e)
+            rates["transformers generate"].append(ntok_hf / dt_h)
+    print(f"\n== rollout: {args.prompts} prompts x {args.n} samples, <= {args.new} new tokens, "
+          f"{args.threads} threads, model {path.name} ==")
+    base = statistics.median(rates["transformers generate"])
+    for name, r in rates.items():
+        med = statistics.median(r)
+        print(f"{name:24s} {med:10.0f} tokens/s   x{med / base:.2f} vs transformers")
+
+    data = work / "rl.jsonl"
+    aime.write_jsonl(aime.generate(500, split="train", seed=1, difficulty=aime.Difficulty(3, 9)), data)
+    cfg = RLConfig(algorithm="gspo", model=str(path), out_dir=str(work / "rl"),
+                   train_data=[DataSource(str(data))], steps=args.rl_steps, ckpt_every=10**6,
+                   threads=args.threads)
+    Trainer(cfg).train()
+    rows = read_metrics(work / "rl" / "metrics.jsonl")[1:] or read_metrics(work / "rl" / "metrics.jsonl")
+    phases = {k: statistics.mean(r[f"time_{k}_s"] for r in rows)
+              for k in ("rollout", "old_logprob", "update")}
+    total = sum(phases.values())
+    print(f"\n== RL step (gspo, {cfg.prompts_per_step}x{cfg.group_size}, {cfg.minibatches} "
+          f"minibatches, mean of {len(rows)} steps after the first) ==")
+    for k, v in phases.items():
+        print(f"{k:12s} {v:7.3f} s  {100 * v / total:5.1f}%")
+    print(f"{'total':12s} {total:7.3f} s")
+
+
+if __name__ == "__main__":
+    main()

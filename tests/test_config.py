@@ -1,0 +1,65 @@
+import pytest
+
+from gspo.config import (ConfigError, DataSource, RLConfig, SFTConfig, describe, from_dict, load)
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_clip_ranges_default_to_each_algorithms_paper_setting():
+    src = [DataSource("x.jsonl")]
+    assert (RLConfig(algorithm="gspo", train_data=src).eps_low,
+            RLConfig(algorithm="gspo", train_data=src).eps_high) == (3e-4, 4e-4)
+    assert (RLConfig(algorithm="grpo", train_data=src).eps_low,
+            RLConfig(algorithm="grpo", train_data=src).eps_high) == (0.2, 0.27)
+    assert RLConfig(algorithm="gspo_token", train_data=src).level == "sequence_token"
+    assert RLConfig(train_data=src).kl_coef == 0.0
+
+
+def test_every_field_of_every_stage_config_has_a_help_text():
+    for cls in (SFTConfig, RLConfig):
+        for name, _type, _default, help_text in describe(cls):
+            assert help_text, f"{cls.__name__}.{name} has no help"
+
+
+def test_an_unknown_field_is_named_with_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"c.yaml: lrr: unknown field \(known: .*lr,"):
+        load(RLConfig, write(tmp_path, "lrr: 0.1\ntrain_data: [{path: a}]\n"))
+
+
+def test_a_wrong_type_names_the_dotted_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"rollout.engine: expected a string"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {engine: 3}\n"))
+    with pytest.raises(ConfigError, match=r"train_data\[0\].weight: must be > 0"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a, weight: -1}]\n"))
+
+
+def test_an_unknown_algorithm_is_rejected_with_the_valid_choices(tmp_path):
+    with pytest.raises(ConfigError, match=r"algorithm: must be one of \['grpo', 'gspo', 'gspo_token'\]"):
+        load(RLConfig, write(tmp_path, "algorithm: ppo\ntrain_data: [{path: a}]\n"))
+
+
+def test_malformed_yaml_reports_the_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"c.yaml:2: malformed YAML"):
+        load(RLConfig, write(tmp_path, "steps: 3\n  bad: [\n"))
+
+
+def test_overrides_apply_dotted_keys_and_yaml_values(tmp_path):
+    cfg = load(RLConfig, write(tmp_path, "train_data: [{path: a}]\n"),
+               ["rollout.dtype=bfloat16", "lr=5e-5", "steps=7"])
+    assert cfg.rollout.dtype == "bfloat16" and cfg.lr == 5e-5 and cfg.steps == 7
+
+
+def test_the_shipped_configs_load(tmp_path):
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "config"
+    assert load(SFTConfig, root / "sft.yaml").model == "tiny"
+    assert load(RLConfig, root / "rl.yaml").minibatches == 4
+
+
+def test_from_dict_builds_nested_dataclasses():
+    cfg = from_dict(RLConfig, {"train_data": [{"path": "a", "weight": 2}]})
+    assert cfg.train_data[0] == DataSource("a", 2.0)
