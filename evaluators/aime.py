@@ -1,23 +1,44 @@
-"""AIME-style math: a procedural problem generator and the answer scoring shared by RL and eval.
+"""AIME-style math: a procedural problem generator, a loader for real AIME-style data, and the
+answer scoring shared by RL rewards and evaluation.
 
-Problems are multi-step integer arithmetic, `Compute (a*b+c-d+e) mod 1000.`, whose answer is an
-integer 0..999 (AIME's answer range). The worked solution writes one line per operation and ends in
-`\\boxed{N}`. Difficulty is the number of add/subtract steps and the operand size.
+Generated problems are multi-step integer arithmetic, `Compute (a*b+c-d+e) mod 1000.`, whose answer
+is an integer 0..999 (AIME's answer range). The worked solution writes one line per operation and
+ends in `\\boxed{N}`. Difficulty is the number of add/subtract steps and the operand size; named
+tiers (`TIERS`: easy / medium / hard) fix both.
 
 Splits are disjoint by construction: a problem's split is a hash of its canonical text, so no test
 problem can ever be drawn for training, whatever the seeds and sizes.
+
+Scoring (`score`, the RL reward and the evaluation metric alike):
+
+1. The answer is the content of the last brace-matched `\\boxed{...}` (`last_boxed`). Documented
+   fallbacks, tried only when there is no `\\boxed{...}` at all: the last `\\fbox{...}`, then TeX's
+   brace-less `\\boxed N` (the token after the space). There is deliberately no "last number in the
+   text" fallback: a reward must not pay for unboxed guesses.
+2. Cheap path first: if the content is a plain integer (optionally `$`-wrapped, with leading zeros,
+   thousands commas or a `.0` tail: `012`, `1,000`, `12.0`) it is compared as an integer.
+3. Otherwise math-verify decides (`parse` both sides, `verify(gold, prediction)`, gold first), e.g.
+   `\\frac{6}{3}` equals 2. Its timeouts use SIGALRM, which only works on the main thread, so off the
+   main thread it runs with its timeouts disabled (None). Contents longer than `MAX_ANSWER_CHARS`
+   score 0 without parsing, which bounds the time sympy can take there. Results are memoised.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import pathlib
 import random
+import re
+import threading
 from typing import Iterable
 
 TASK = "aime"
 MOD = 1000
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+MAX_ANSWER_CHARS = 200
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +51,28 @@ class Difficulty:
             raise ValueError(f"difficulty.steps must be >= 0, got {self.steps}")
         if self.max_operand < 1:
             raise ValueError(f"difficulty.max_operand must be >= 1, got {self.max_operand}")
+
+
+# Named difficulty tiers. `hard` products reach 9801, so its answers need the mod-1000 step.
+TIERS: dict[str, Difficulty] = {
+    "easy": Difficulty(steps=2, max_operand=9),
+    "medium": Difficulty(steps=4, max_operand=30),
+    "hard": Difficulty(steps=6, max_operand=99),
+}
+
+
+def as_difficulty(spec: Difficulty | str) -> Difficulty:
+    """A Difficulty from itself or a tier name ('easy', 'medium', 'hard')."""
+    if isinstance(spec, Difficulty):
+        return spec
+    if isinstance(spec, str) and spec in TIERS:
+        return TIERS[spec]
+    raise ValueError(f"unknown difficulty {spec!r}; expected a Difficulty or one of {list(TIERS)}")
+
+
+def tier_of(d: Difficulty) -> str | None:
+    """The tier name of `d`, or None when it is not one of TIERS."""
+    return next((name for name, t in TIERS.items() if t == d), None)
 
 
 def split_of(problem: str, test_fraction: float = 0.1) -> str:
@@ -57,16 +100,21 @@ def make_problem(rng: random.Random, difficulty: Difficulty) -> dict:
     return {"problem": problem, "solution": solution, "answer": answer}
 
 
-def generate(n: int, *, split: str, seed: int, difficulty: Difficulty | Iterable[Difficulty],
+def generate(n: int, *, split: str, seed: int,
+             difficulty: Difficulty | str | Iterable[Difficulty | str],
              test_fraction: float = 0.1) -> list[dict]:
     """`n` distinct problems of `split` ('train' or 'test'), deterministic in `seed`.
 
-    Several difficulties are mixed round-robin. Raises if the space of problems is too small to
-    give `n` distinct ones.
+    `difficulty` is a Difficulty, a tier name, or several of either, mixed round-robin. Records
+    carry `difficulty` (its fields) and, when it is a named tier, `tier`. Raises if the space of
+    problems is too small to give `n` distinct ones.
     """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    diffs = [difficulty] if isinstance(difficulty, Difficulty) else list(difficulty)
+    specs = [difficulty] if isinstance(difficulty, (Difficulty, str)) else list(difficulty)
+    if not specs:
+        raise ValueError("difficulty must name at least one Difficulty or tier")
+    diffs = [as_difficulty(d) for d in specs]
     rng = random.Random(f"{TASK}:{split}:{seed}")
     seen: set[str] = set()
     out: list[dict] = []
@@ -81,17 +129,22 @@ def generate(n: int, *, split: str, seed: int, difficulty: Difficulty | Iterable
         if rec["problem"] in seen or split_of(rec["problem"], test_fraction) != split:
             continue
         seen.add(rec["problem"])
-        rec = {"id": f"{TASK}-{split}-{seed}-{len(out):05d}", "task": TASK, **rec,
-               "difficulty": dataclasses.asdict(d)}
+        rec = {"id": f"{TASK}-{split}-{seed}-{len(out):05d}", "task": TASK,
+               "prompt": rec["problem"] + "\n", **rec, "difficulty": dataclasses.asdict(d)}
+        tier = tier_of(d)
+        if tier is not None:
+            rec["tier"] = tier
         out.append(rec)
     return out
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last brace-matched `\\boxed{...}` in `text`, or None."""
-    start = text.rfind("\\boxed{")
+# -- answer extraction and scoring -------------------------------------------------------------
+
+def _braced_after(text: str, macro: str) -> str | None:
+    """Content of the last brace-matched `<macro>{...}` in `text`, or None."""
+    start = text.rfind(macro + "{")
     while start != -1:
-        i = start + len("\\boxed{")
+        i = start + len(macro) + 1
         depth = 1
         j = i
         while j < len(text) and depth:
@@ -102,8 +155,42 @@ def last_boxed(text: str) -> str | None:
             j += 1
         if depth == 0:
             return text[i:j - 1]
-        start = text.rfind("\\boxed{", 0, start)  # unterminated: try an earlier one
+        start = text.rfind(macro + "{", 0, start)  # unterminated: try an earlier one
     return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last brace-matched `\\boxed{...}` in `text`, or None."""
+    return _braced_after(text, "\\boxed")
+
+
+_BOXED_SPACE = re.compile(r"\\boxed +([^\s$]+)")
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer's text: last `\\boxed{...}`, else last `\\fbox{...}`, else `\\boxed N`."""
+    got = last_boxed(text)
+    if got is None:
+        got = _braced_after(text, "\\fbox")
+    if got is None:
+        m = list(_BOXED_SPACE.finditer(text))
+        got = m[-1].group(1) if m else None
+    return got
+
+
+_PLAIN_INT = re.compile(r"^\$?\s*([+-]?(?:\d{1,3}(?:,\d{3})+|\d+))(?:\.0*)?\s*\$?$")
+
+
+def _plain_int(s) -> int | None:
+    """`s` as an integer when it is written as one (see module doc), else None."""
+    if isinstance(s, bool):
+        return None
+    if isinstance(s, int):
+        return s
+    if isinstance(s, float):
+        return int(s) if s.is_integer() else None
+    m = _PLAIN_INT.match(str(s).strip())
+    return int(m.group(1).replace(",", "")) if m else None
 
 
 def _as_int(s) -> int | None:
@@ -115,17 +202,152 @@ def _as_int(s) -> int | None:
     return int(v) if v == int(v) else None
 
 
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _math_verify(gold: str, pred: str, timeouts: bool) -> bool:
+    try:
+        from math_verify import parse, verify
+    except ImportError:   # math-verify is a pinned dependency; without it only the integer path
+        return False
+    t = 5 if timeouts else None
+    try:
+        g = parse(f"${gold}$", parsing_timeout=t)
+        p = parse(f"${pred}$", parsing_timeout=t)
+        if not g or not p:
+            return False
+        return bool(verify(g, p, timeout_seconds=t))
+    except Exception:      # noqa: BLE001 - an unparsable answer is a wrong answer
+        return False
+
+
+def answers_match(pred: str, answer) -> bool:
+    """Whether the extracted answer text `pred` equals the gold `answer` (see module doc)."""
+    pred = pred.strip()
+    if not pred or len(pred) > MAX_ANSWER_CHARS:
+        return False
+    want = _plain_int(answer)
+    got = _plain_int(pred)
+    if got is not None and want is not None:
+        return got == want
+    gold = str(want) if want is not None else str(answer).strip()
+    return _math_verify(gold, pred, _on_main_thread())
+
+
 def score(completion: str, answer) -> float:
-    """1.0 if the last `\\boxed{}` in `completion` equals the integer `answer`, else 0.0."""
-    got = last_boxed(completion)
+    """1.0 if the final boxed answer of `completion` equals `answer` (normally an integer), else 0.0."""
+    got = extract_answer(completion)
     if got is None:
         return 0.0
-    want = _as_int(answer)
-    g = _as_int(got)
-    return float(g is not None and want is not None and g == want)
+    return float(answers_match(got, answer))
 
 
 def write_jsonl(records: list[dict], path) -> None:
     from gspo.io import atomic_write_text
 
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+# -- real AIME-style data ----------------------------------------------------------------------
+
+# Accepted field spellings, first match wins.
+PROBLEM_FIELDS = ("problem", "Problem", "question", "Question")
+ANSWER_FIELDS = ("answer", "Answer", "expected_answer")
+ID_FIELDS = ("id", "ID", "Id", "problem_id")
+YEAR_FIELDS = ("year", "Year")
+SOLUTION_FIELDS = ("solution", "Solution")
+
+_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def make_prompt(problem: str) -> str:
+    """The model input for a real AIME problem: the problem, then the boxed-answer instruction."""
+    return f"{problem.strip()}\n{INSTRUCTION}\n"
+
+
+def _field(row: dict, names: tuple[str, ...]):
+    for name in names:
+        v = row.get(name)
+        if v is not None and not (isinstance(v, str) and not v.strip()):
+            return v
+    return None
+
+
+def load(source, *, split: str = "train", name: str | None = None, limit: int | None = None,
+         cache_dir=None) -> list[dict]:
+    """Records of real AIME-style data, read through `datasets`.
+
+    `source` is a local .json/.jsonl/.parquet/.csv file (or a folder `datasets` can read), or a
+    hub dataset name (with config `name` and `split`; e.g. "Maxwell-Jia/AIME_2024", split "train").
+    Field spellings of public copies are accepted (`problem`/`Problem`/`question`,
+    `answer`/`Answer`, `id`/`ID`, `year`, `solution`). Each record gets the project's shape:
+    id, task="aime", prompt (`make_prompt`), problem, answer (an int when it is written as one),
+    solution (the source's worked solution, ending in `\\boxed{answer}`; just the box when the
+    source has none) and, when present, year. A row missing a problem or answer raises
+    gspo.io.DataError naming the source, the row and the field.
+    """
+    import datasets
+
+    from gspo.io import DataError
+
+    src = str(source)
+    path = pathlib.Path(src)
+    looks_local = path.is_absolute() or src.startswith(".") or path.suffix.lower() in _BUILDERS
+    if looks_local and not path.exists():
+        raise DataError(f"{src}: file not found")
+    try:
+        if path.is_file():
+            builder = _BUILDERS.get(path.suffix.lower())
+            if builder is None:
+                raise DataError(f"{src}: unsupported file type {path.suffix!r}; "
+                                f"expected one of {sorted(_BUILDERS)}")
+            ds = datasets.load_dataset(builder, data_files=str(path), split="train",
+                                       cache_dir=cache_dir)
+        else:
+            ds = datasets.load_dataset(src, name, split=split, cache_dir=cache_dir)
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001 - one line naming the source, whatever went wrong
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DataError(f"{src}: cannot load AIME data ({type(e).__name__}: {msg})") from None
+
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem if path.suffix else src)
+    out: list[dict] = []
+    seen: set[str] = set()
+    for i, row in enumerate(ds):
+        if limit is not None and len(out) >= limit:
+            break
+        problem = _field(row, PROBLEM_FIELDS)
+        if problem is None:
+            raise DataError(f"{src}: row {i + 1}: record is missing field 'problem' "
+                            f"(accepted: {', '.join(PROBLEM_FIELDS)})")
+        answer = _field(row, ANSWER_FIELDS)
+        if answer is None:
+            raise DataError(f"{src}: row {i + 1}: record is missing field 'answer' "
+                            f"(accepted: {', '.join(ANSWER_FIELDS)})")
+        as_int = _plain_int(answer)
+        answer = as_int if as_int is not None else str(answer).strip()
+        pid, year = _field(row, ID_FIELDS), _field(row, YEAR_FIELDS)
+        if pid is not None:
+            pid = str(pid).strip()
+            rid = f"{TASK}-{year}-{pid}" if year is not None and str(year) not in pid else f"{TASK}-{pid}"
+        elif year is not None:
+            rid = f"{TASK}-{year}-{i:03d}"
+        else:
+            rid = f"{TASK}-{stem}-{i:05d}"
+        if rid in seen:
+            raise DataError(f"{src}: row {i + 1}: duplicate problem id {rid!r}")
+        seen.add(rid)
+        solution = _field(row, SOLUTION_FIELDS)
+        solution = str(solution).rstrip() if solution is not None else ""
+        if last_boxed(solution) is None:
+            solution = (solution + "\n" if solution else "") + f"\\boxed{{{answer}}}"
+        rec = {"id": rid, "task": TASK, "prompt": make_prompt(str(problem)),
+               "problem": str(problem).strip(), "answer": answer, "solution": solution,
+               "source": src}
+        if year is not None:
+            rec["year"] = year
+        out.append(rec)
+    return out

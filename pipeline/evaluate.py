@@ -59,7 +59,7 @@ def load_records(data_dir, bench: str, limit: int | None = None) -> list[dict]:
     path = pathlib.Path(data_dir) / f"{bench}_test.jsonl"
     records = read_jsonl(path, required=REQUIRED_FIELDS[bench])
     ids = set()
-    for i, rec in enumerate(records):
+    for rec in records:
         if rec["task"] != bench:
             raise DataError(f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}")
         if rec["id"] in ids:
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         if not (pathlib.Path(args.model) / "config.json").is_file():
             raise ValueError(f"{args.model}: not a model directory (no config.json)")
         engine, tokenizer = _make_engine(args.engine, args.model, args.device)
-    except (ValueError, DataError, OSError) as e:
+    except (ValueError, DataError, OSError, ImportError) as e:
         sys.exit(f"error: {e}")
 
     t0 = time.time()

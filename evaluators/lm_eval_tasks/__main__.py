@@ -1,0 +1,5 @@
+import sys
+
+from evaluators.lm_eval_tasks import main
+
+sys.exit(main())

@@ -1,0 +1,173 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from evaluators import aime
+from pipeline import evaluate as ev
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def memorise(base_dir, out_dir, pairs, steps=80):
+    """The tiny model fine-tuned to answer each (prompt, completion) pair by heart, greedily."""
+    from gspo.models import load_model
+
+    model, tok = load_model(base_dir)
+    seqs = [(tok(p, add_special_tokens=False).input_ids,
+             tok(c, add_special_tokens=False).input_ids + [tok.eos_token_id]) for p, c in pairs]
+    L = max(len(a) + len(b) for a, b in seqs)
+    ids = torch.full((len(seqs), L), tok.pad_token_id)
+    labels = torch.full((len(seqs), L), -100)
+    mask = torch.zeros(len(seqs), L, dtype=torch.long)
+    for i, (a, b) in enumerate(seqs):
+        ids[i, :len(a) + len(b)] = torch.tensor(a + b)
+        labels[i, len(a):len(a) + len(b)] = torch.tensor(b)
+        mask[i, :len(a) + len(b)] = 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(steps):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return aime.generate(3, split="test", seed=0, difficulty="easy")
+
+
+@pytest.fixture(scope="module")
+def memorised(tiny_model_dir, tmp_path_factory, problems):
+    """Answers problem 0 right, problem 1 wrong (answer + 1), problem 2 without a box."""
+    p0, p1, p2 = problems
+    pairs = [(p0["prompt"], f"\\boxed{{{p0['answer']}}}"),
+             (p1["prompt"], f"\\boxed{{{(p1['answer'] + 1) % 1000}}}"),
+             (p2["prompt"], "no idea")]
+    return memorise(tiny_model_dir, tmp_path_factory.mktemp("memorised"), pairs)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, problems):
+    d = tmp_path_factory.mktemp("data")
+    aime.write_jsonl(problems, d / "aime_test.jsonl")
+    return d
+
+
+def run_cli(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-m", "pipeline.evaluate", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(memorised, data_dir,
+                                                                             problems, tmp_path):
+    out = tmp_path / "eval"
+    r = run_cli("--model", memorised, "--benchmarks", "aime", "--samples", 3, "--data-dir", data_dir,
+                "--out", out, "--temperature", 0, "--max-new-tokens", 16, "--seed", 1)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in rows] == [p["id"] for p in problems]
+    for row, p in zip(rows, problems):
+        assert row["task"] == "aime" and row["n"] == 3 and len(row["completions"]) == 3
+        assert row["scores"] == [aime.score(c, p["answer"]) for c in row["completions"]]
+    right, wrong, unboxed = rows
+    assert right["completions"] == ["\\boxed{%d}" % problems[0]["answer"]] * 3
+    assert (right["c"], right["pass@1"], right["pass@k"]) == (3, 1.0, 1.0)
+    assert wrong["completions"] == ["\\boxed{%d}" % ((problems[1]["answer"] + 1) % 1000)] * 3
+    assert (wrong["c"], wrong["pass@k"]) == (0, 0.0)
+    assert unboxed["completions"] == ["no idea"] * 3 and unboxed["c"] == 0
+    summary = json.loads((out / "summary.json").read_text())
+    s = summary["benchmarks"]["aime"]
+    assert s["n_problems"] == 3 and s["n_samples"] == 9 and s["k"] == 3
+    assert s["avg@n"] == pytest.approx(1 / 3) and s["pass@k"] == pytest.approx(1 / 3)
+    assert s["avg@n_ci"][0] <= 1 / 3 <= s["avg@n_ci"][1]
+    assert summary["settings"]["samples"] == 3 and summary["settings"]["seed"] == 1
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]   # no temp files left
+
+
+def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_seed(memorised,
+                                                                                    problems):
+    from gspo.models import load_model
+    from gspo.rollout import make_engine
+
+    model, tok = load_model(memorised)
+    engine = make_engine("torch", memorised, model=model)
+    kw = dict(samples=4, temperature=1.0, top_p=1.0, max_new_tokens=12, batch_prompts=2)
+    a = ev.evaluate_records(engine, tok, problems, seed=0, **kw)
+    b = ev.evaluate_records(engine, tok, problems, seed=0, **kw)
+    c = ev.evaluate_records(engine, tok, problems, seed=7, **kw)
+    assert a == b
+    assert [r["completions"] for r in a] != [r["completions"] for r in c]
+    for res, rec in zip(a, problems):
+        assert res["scores"] == [aime.score(t, rec["answer"]) for t in res["completions"]]
+        assert res["c"] == sum(res["scores"]) and res["n"] == 4
+        assert set(res) >= {"id", "task", "n", "c", "pass@1", "pass@k", "avg@n", "completions"}
+        assert all(n <= 12 for n in res["n_tokens"])
+
+
+def test_code_benchmarks_are_scored_by_their_own_batched_scorer(problems):
+    lcb = pytest.importorskip("evaluators.livecodebench")
+    rec = lcb.generate(1, split="test", seed=0)[0]
+    scores = ev._score_all([rec, problems[0]],
+                           [[rec["solution"], "print(1)"], ["\\boxed{%d}" % problems[0]["answer"]]],
+                           workers=2)
+    assert scores == [[1.0, 0.0], [1.0]]
+
+
+def test_summary_adds_a_codeforces_rating_from_rated_problems():
+    cf = pytest.importorskip("evaluators.codeforces")
+    results = [{"task": "cf", "id": f"cf-{i}", "n": 2, "c": c, "rating": r, "scores": s}
+               for i, (r, c, s) in enumerate([(800, 2, [1, 1]), (1600, 1, [1, 0]), (2400, 0, [0, 0])])]
+    s = ev.summarize(results)["cf"]
+    want = cf.estimate_rating([(800, True), (800, True), (1600, True), (1600, False),
+                               (2400, False), (2400, False)])
+    assert s["rating"] == want
+    assert s["n_problems"] == 3 and s["n_samples"] == 6
+
+
+def test_an_unknown_benchmark_is_a_one_line_error_listing_the_valid_ones(tmp_path):
+    r = run_cli("--model", tmp_path, "--benchmarks", "aime,gsm8k", "--out", tmp_path / "o")
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "'gsm8k'" in lines[0] and "aime, lcb, cf" in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_malformed_data_line_is_a_one_line_error_naming_file_and_line(tmp_path, problems):
+    bad = tmp_path / "aime_test.jsonl"
+    bad.write_text(json.dumps(problems[0]) + "\n{not json\n")
+    r = run_cli("--model", tmp_path, "--benchmarks", "aime", "--data-dir", tmp_path, "--out", tmp_path / "o")
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert f"{bad}:2" in lines[0] and "malformed JSON" in lines[0]
+
+
+def test_a_record_without_its_answer_or_a_missing_file_is_a_one_line_error(tmp_path, problems):
+    rec = dict(problems[0])
+    del rec["answer"]
+    (tmp_path / "aime_test.jsonl").write_text(json.dumps(rec) + "\n")
+    r = run_cli("--model", tmp_path, "--benchmarks", "aime", "--data-dir", tmp_path, "--out", tmp_path / "o")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
+    assert "aime_test.jsonl:1" in r.stderr and "'answer'" in r.stderr
+    r = run_cli("--model", tmp_path, "--benchmarks", "lcb", "--data-dir", tmp_path, "--out", tmp_path / "o")
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1
+    assert "lcb_test.jsonl" in r.stderr and "not found" in r.stderr
+
+
+def test_parse_benchmarks_keeps_order_and_drops_repeats():
+    assert ev.parse_benchmarks("cf, aime,cf") == ["cf", "aime"]
+    with pytest.raises(ValueError, match="'x'"):
+        ev.parse_benchmarks("aime,x")
