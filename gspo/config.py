@@ -128,6 +128,9 @@ class RLConfig:
     top_p: float = _help(1.0, "nucleus sampling mass")
     max_new_tokens: int = _help(64, "longest response, in tokens")
     rollout: RolloutConfig = _help(RolloutConfig(), "rollout engine settings")
+    old_logprobs: str = _help("recompute", "old-policy log-probs: 'recompute' (a no-grad pass of "
+                              "the trainer over the rollouts) or 'rollout' (the engine's own "
+                              "sampled log-probs; skips that pass)")
     ckpt_every: int = _help(10, "steps between checkpoints (the last step is always saved)")
     resume: bool = _help(True, "continue from the latest complete checkpoint in out_dir if any")
     max_consecutive_nonfinite: int = _help(3, "stop after this many non-finite updates in a row")
@@ -161,6 +164,11 @@ class RLConfig:
         _check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
         _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         _check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
+        _check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
+               f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
+        _check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",
+               "'rollout' needs top_p: 1.0 (with a nucleus the engine's log-probs are of the "
+               "truncated distribution, not the policy's)")
 
     @property
     def level(self) -> str:

@@ -56,7 +56,7 @@ class Trainer:
         self.mix = Mix(cfg.train_data)
         self.start_step = 0
         self.state = {"compute_flops": 0.0, "tokens_generated": 0, "tokens_trained": 0,
-                      "nonfinite_skips": 0, "wall_s": 0.0}
+                      "nonfinite_skips": 0, "old_logprob_passes": 0, "wall_s": 0.0}
         resume_from = latest_checkpoint(self.ckpt_root) if cfg.resume else None
         src = resume_from if resume_from is not None else cfg.model
         self.policy, self.tok = load_model(src)
@@ -77,7 +77,6 @@ class Trainer:
         self.flops = FlopCounter(self.policy)
         self.log = MetricsLog(self.out / "metrics.jsonl",
                               resume_step=self.start_step if resume_from is not None else None)
-        self.old_logprob_passes = 0
         write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
                                           algorithm=cfg.algorithm, resumed_from=str(resume_from)))
 
@@ -113,7 +112,7 @@ class Trainer:
         return flat_p, flat_c, torch.tensor(rewards)
 
     def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        self.old_logprob_passes += 1
+        self.state["old_logprob_passes"] += 1
         self.policy.eval()
         with torch.no_grad():
             logp, ent = self._chunked(batch, with_entropy=True)
@@ -130,10 +129,16 @@ class Trainer:
             return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
         return torch.cat(outs)
 
-    def update(self, batch, old_logp, adv, step: int) -> tuple[dict, int]:
-        """epochs x minibatches optimizer steps; returns averaged metrics and skipped updates."""
+    def update(self, batch, old_logp, adv, step: int) -> tuple[dict, int, dict]:
+        """epochs x minibatches optimizer steps.
+
+        Returns averaged metrics, the number of skipped updates, and what the first (on-policy)
+        minibatch saw: its indices, the trainer's log-probs and entropy, so the engine/trainer
+        log-prob gap is measurable even when old log-probs are not recomputed.
+        """
         cfg = self.cfg
         N = batch["input_ids"].shape[0]
+        first: dict = {}
         gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
         per_mb: list[dict] = []
         skipped = 0
@@ -151,7 +156,12 @@ class Trainer:
                 for j in range(0, len(mb), mbs):
                     idx = mb[j:j + mbs]
                     sub = {k: v[idx] for k, v in batch.items()}
-                    logp = sequence_logprobs(self.policy, sub, cfg.temperature)
+                    logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature,
+                                                  with_entropy=True)
+                    if not per_mb and not skipped:   # still on-policy: the first minibatch
+                        first.setdefault("idx", []).append(idx)
+                        first.setdefault("logp", []).append(logp.detach())
+                        first.setdefault("entropy", []).append(ent.detach())
                     ref_logp = None
                     if self.ref is not None:
                         with torch.no_grad():
@@ -188,8 +198,9 @@ class Trainer:
                 rec["loss"] = loss_sum
                 rec["grad_norm"] = float(gnorm)
                 per_mb.append(rec)
+        first = {k: torch.cat(v) for k, v in first.items()}
         if not per_mb:
-            return {}, skipped
+            return {}, skipped, first
         out = {}
         for k in per_mb[0]:
             vals = [r[k] for r in per_mb]
@@ -197,7 +208,7 @@ class Trainer:
                 sum(vals) / len(vals)
         if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
             out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
-        return out, skipped
+        return out, skipped, first
 
     # -- the loop -----------------------------------------------------------------------------
     def train(self) -> pathlib.Path:
@@ -215,14 +226,25 @@ class Trainer:
             batch = {k: v.to(cfg.device) for k, v in batch.items()}
             mask = batch["target_mask"]
             adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
-            old_logp, entropy = self.old_logprobs(batch)
-            t2 = time.perf_counter()
-            engine_logp = torch.zeros_like(old_logp)
+            engine_logp = torch.zeros_like(mask)
             for i, (p, c) in enumerate(zip(prompts, comps)):
                 engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
-            upd, skipped = self.update(batch, old_logp, adv.to(cfg.device), step)
+            if cfg.old_logprobs == "recompute":
+                old_logp, entropy = self.old_logprobs(batch)
+            else:
+                old_logp, entropy = engine_logp, None
+            t2 = time.perf_counter()
+            upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
             self.engine.update_weights(self.policy.state_dict())
             t3 = time.perf_counter()
+            if entropy is None:   # rollout mode: the on-policy minibatch's forward pass
+                idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
+                ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
+            else:
+                idx, trainer_logp, m_gap = slice(None), old_logp, mask
+                ent_val = ((entropy * mask).sum() / mask.sum()).item()
+            gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
+            seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
 
             lengths = batch["attention_mask"].sum(1).tolist()
             f = self.flops.forward(lengths)
@@ -231,17 +253,18 @@ class Trainer:
             self.state["tokens_generated"] += int(resp_len.sum())
             self.state["tokens_trained"] += int(resp_len.sum()) * cfg.epochs
             self.state["wall_s"] += t3 - t0
-            gap = (engine_logp - old_logp).abs() * mask
             rec = {
                 "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
                 "zero_variance_groups": objectives.zero_variance_fraction(rewards, cfg.group_size),
-                "entropy": ((entropy * mask).sum() / mask.sum()).item(),
+                "entropy": ent_val,
                 "response_length": resp_len.mean().item(),
                 "lr": self.lr_at(step),
                 "skipped_updates": skipped,
-                "logprob_gap_mean": (gap.sum() / mask.sum()).item(),
-                "logprob_gap_max": gap.max().item(),
+                "logprob_gap_token_mean": (gap.abs().sum() / m_gap.sum()).item(),
+                "logprob_gap_token_max": gap.abs().max().item(),
+                "logprob_gap_seq_mean": seq_gap.mean().item(),
+                "logprob_gap_seq_max": seq_gap.max().item(),
                 "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
                 **{k: v for k, v in upd.items()},
                 **{k: v for k, v in self.state.items()},

@@ -157,3 +157,25 @@ def test_a_bad_field_in_the_config_names_the_field_and_the_fix(tmp_path, data):
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "minibatches: 4 does not divide the rollout batch of 15" in r.stderr
+
+
+def test_rollout_logprobs_skip_the_recompute_pass_and_still_log_the_gap(data, sft_model, tmp_path):
+    rec = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "rec", steps=2))
+    roll = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "roll", steps=2,
+                                     old_logprobs="rollout"))
+    rows_rec = read_metrics(tmp_path / "rec" / "metrics.jsonl")
+    rows_roll = read_metrics(tmp_path / "roll" / "metrics.jsonl")
+    assert [r["old_logprob_passes"] for r in rows_rec] == [1, 2]
+    assert [r["old_logprob_passes"] for r in rows_roll] == [0, 0]
+    # Same engine, same float32 weights: the engine's log-probs equal the trainer's closely.
+    for r in rows_rec + rows_roll:
+        assert r["logprob_gap_token_max"] < 1e-3 and r["logprob_gap_seq_max"] < 1e-4
+    assert rec.exists() and roll.exists()
+
+
+def test_a_bfloat16_rollout_engine_shows_a_visible_logprob_gap(data, sft_model, tmp_path):
+    from gspo.config import RolloutConfig
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=1,
+                              rollout=RolloutConfig(dtype="bfloat16")))
+    row = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert row["logprob_gap_token_mean"] > 1e-3
