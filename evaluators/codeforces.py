@@ -1,0 +1,499 @@
+"""CodeForces-style problems: rated stdin/stdout tasks, a generator, a loader, scoring and an
+Elo-style rating estimate.
+
+Records follow open-r1's Codeforces layout: id ("<contest_id>/<index>"), contest_id, index,
+title, description, input_format, output_format, rating (800..3500), time_limit (seconds),
+memory_limit (MB), tests (or official_tests) as a list of {input, output}, optional examples,
+plus the project's id / task ("cf") / prompt / solution.
+
+Scoring runs the extracted program (evaluators.livecodebench.extract_code) on every test in
+evaluators.sandbox with the record's time and memory limits. Output is compared the way
+Codeforces' default checker does: as whitespace-separated tokens; tokens that differ as text
+still match when the expected token is a real number (has '.' or an exponent) and the two agree
+within an absolute or relative error of 1e-6. Problems needing a special checker or interaction
+are not supported (loaded records keep a `checker` flag so evaluation can leave them out).
+
+Rating estimate (`estimate_rating`): the maximum-likelihood rating R from solved / unsolved
+problems of known rating d under P(solve) = 1 / (1 + 10^((d - R)/400)), searched in a bounded
+range [0, 4000] so that all-solved and none-solved give the range end (flagged `bounded`), with a
+likelihood-ratio confidence interval (the R whose log-likelihood is within chi2_1(conf)/2 of the
+maximum). `percentile` is against the project's reference distribution of human ratings,
+REFERENCE_RATINGS: a normal distribution, mean 1400, standard deviation 350, truncated to
+[0, 4000] -- a documented approximation of rated Codeforces users, not official data; pass
+`population=` (a list of ratings) to compare against another one.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import pathlib
+import random
+from typing import Iterable, Sequence
+
+from evaluators import livecodebench as _lcb
+from gspo.io import DataError
+
+TASK = "cf"
+MIN_RATING, MAX_RATING = 800, 3500
+RATING_RANGE = (0.0, 4000.0)          # where estimate_rating searches
+REFERENCE_MEAN, REFERENCE_SD = 1400.0, 350.0
+REFERENCE_RATINGS = {"kind": "normal", "mean": REFERENCE_MEAN, "sd": REFERENCE_SD,
+                     "range": RATING_RANGE}
+REQUIRED_FIELDS = ("id", "rating", "time_limit", "memory_limit")
+FLOAT_TOLERANCE = 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# Generator: templates whose rating grows with how much the program has to do
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    name: str
+    rating: int
+    statement: str
+    code: str
+    consts: tuple            # (name, lo, hi)
+    inputs: str
+    reference: object        # (consts, input value) -> expected value; harness side
+    near: str = ""           # a threshold constant the tests must probe on both sides
+
+
+def _fib(n, m):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, (a + b) % m
+    return a
+
+
+def _primes_upto(n):
+    return sum(all(i % j for j in range(2, int(i ** 0.5) + 1)) for i in range(2, n + 1))
+
+
+def _longest_run(a):
+    best = cur = 1
+    for x, y in zip(a, a[1:]):
+        cur = cur + 1 if y > x else 1
+        best = max(best, cur)
+    return best
+
+
+def _no_adjacent_ones(n, m):
+    a, b = 1, 2    # strings of length 0 and 1
+    for _ in range(n - 1):
+        a, b = b, (a + b) % m
+    return b % m if n >= 1 else 1
+
+
+def _max_subarray(a):
+    best = cur = a[0]
+    for x in a[1:]:
+        cur = max(x, cur + x)
+        best = max(best, cur)
+    return best
+
+
+def _partitions(n, m):
+    p = [1] + [0] * n
+    for k in range(1, n + 1):
+        for i in range(k, n + 1):
+            p[i] = (p[i] + p[i - k]) % m
+    return p[n]
+
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("linear", 800, "Read n. Print n*{a}+{b}.", "n=int(input())\nprint(n*{a}+{b})",
+             (("a", 2, 9), ("b", 1, 60)), "int", lambda c, x: x * c["a"] + c["b"]),
+    Template("product", 900, "Read a and b. Print a*b+{k}.",
+             "a,b=map(int,input().split())\nprint(a*b+{k})", (("k", 1, 60),), "pair",
+             lambda c, x: x[0] * x[1] + c["k"]),
+    Template("listsum", 1000, "Read a list of integers. Print its sum times {k}.",
+             "print(sum(map(int,input().split()))*{k})", (("k", 2, 60),), "list",
+             lambda c, x: sum(x) * c["k"]),
+    Template("triangle", 1200, "Read n. Print (1+2+...+n)*{k}.",
+             "n=int(input())\nprint(n*(n+1)//2*{k})", (("k", 1, 60),), "int",
+             lambda c, x: x * (x + 1) // 2 * c["k"]),
+    Template("above", 1400, "Read a list of integers. Print how many exceed {k}.",
+             "print(sum(x>{k} for x in map(int,input().split())))", (("k", 0, 60),), "list",
+             lambda c, x: sum(v > c["k"] for v in x), "k"),
+    Template("factorial", 1600, "Read n. Print n! mod {m}.",
+             "import math\nprint(math.factorial(int(input()))%{m})", (("m", 7, 97),), "small",
+             lambda c, x: math.factorial(x) % c["m"]),
+    Template("divisors", 1800, "Read n. Print the number of divisors of n, plus {k}.",
+             "n=int(input())\nprint(sum(n%i<1 for i in range(1,n+1))+{k})", (("k", 0, 40),), "int",
+             lambda c, x: sum(x % i == 0 for i in range(1, x + 1)) + c["k"]),
+    Template("fibonacci", 2000, "Read n. Print the n-th Fibonacci number (F0=0, F1=1) mod {m}.",
+             "a,b=0,1\nfor _ in range(int(input())):a,b=b,(a+b)%{m}\nprint(a)", (("m", 7, 97),),
+             "int", lambda c, x: _fib(x, c["m"])),
+    Template("primes", 2200, "Read n. Print how many primes are at most n, plus {k}.",
+             "n=int(input())\nprint(sum(all(i%j for j in range(2,i))for i in range(2,n+1))+{k})",
+             (("k", 0, 40),), "int", lambda c, x: _primes_upto(x) + c["k"]),
+    Template("digits", 2400, "Read n. Print the digit sum of n**{k}.",
+             "print(sum(map(int,str(int(input())**{k}))))", (("k", 2, 40),), "int",
+             lambda c, x: sum(map(int, str(x ** c["k"])))),
+    Template("run", 2600, "Read a list of integers. Print the longest strictly increasing run, "
+             "times {k}.",
+             "a=list(map(int,input().split()))\nb=c=1\nfor x,y in zip(a,a[1:]):\n c=c+1 if y>x else 1\n"
+             " b=max(b,c)\nprint(b*{k})", (("k", 1, 40),), "list",
+             lambda c, x: _longest_run(x) * c["k"]),
+    Template("distinct", 2800, "Read a word s. Print its number of distinct substrings plus {k}.",
+             "s=input()\nprint(len({{s[i:j]for i in range(len(s))for j in range(i+1,len(s)+1)}})+{k})",
+             (("k", 0, 40),), "word", lambda c, x: len({x[i:j] for i in range(len(x))
+                                                      for j in range(i + 1, len(x) + 1)}) + c["k"]),
+    Template("binary", 3000, "Read n. Count length-n binary strings with no two adjacent 1s, mod {m}.",
+             "a,b=1,2\nfor _ in range(int(input())-1):a,b=b,(a+b)%{m}\nprint(b%{m})",
+             (("m", 7, 97),), "pos", lambda c, x: _no_adjacent_ones(x, c["m"])),
+    Template("subarray", 3200, "Read a list of integers. Print the maximum subarray sum, plus {k}.",
+             "a=list(map(int,input().split()))\nb=c=a[0]\nfor x in a[1:]:\n c=max(x,c+x)\n b=max(b,c)\n"
+             "print(b+{k})", (("k", 0, 40),), "signed", lambda c, x: _max_subarray(x) + c["k"]),
+    Template("partitions", 3500, "Read n. Print the number of partitions of n mod {m}.",
+             "n=int(input())\np=[1]+[0]*n\nfor k in range(1,n+1):\n for i in range(k,n+1):p[i]+=p[i-k]\n"
+             "print(p[n]%{m})", (("m", 7, 97),), "int", lambda c, x: _partitions(x, c["m"])),
+)
+TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)
+
+
+def _draw(kind: str, rng: random.Random):
+    if kind == "int":
+        return rng.randint(1, 60)
+    if kind == "pos":
+        return rng.randint(1, 40)
+    if kind == "small":
+        return rng.randint(0, 12)
+    if kind == "pair":
+        return (rng.randint(0, 99), rng.randint(0, 99))
+    if kind == "list":
+        return [rng.randint(0, 99) for _ in range(rng.randint(1, 8))]
+    if kind == "signed":
+        return [rng.randint(-50, 50) for _ in range(rng.randint(1, 8))]
+    if kind == "word":
+        return "".join(rng.choice("ab") for _ in range(rng.randint(1, 8)))
+    raise ValueError(f"unknown input kind {kind!r}")
+
+
+def _text(x) -> str:
+    return " ".join(map(str, x)) if isinstance(x, (list, tuple)) else str(x)
+
+
+def make_problem(t: Template, consts: dict, index: int = 0) -> dict:
+    statement = t.statement.format(**consts)
+    code = t.code.format(**consts)
+    rng = random.Random(hashlib.sha256(f"{TASK}:tests:{statement}".encode()).hexdigest())
+    tests, seen = [], set()
+    for _ in range(60):
+        if len(tests) == 5:
+            break
+        x = _draw(t.inputs, rng)
+        if t.near and len(tests) == 1:     # a test straddling the threshold
+            k = consts[t.near]
+            x = [k + 1, k, max(k - 1, 0)] + x[:2]
+            rng.shuffle(x)
+        if _text(x) in seen:
+            continue
+        seen.add(_text(x))
+        tests.append({"input": _text(x) + "\n", "output": f"{t.reference(consts, x)}\n"})
+    h = int(hashlib.sha256(statement.encode()).hexdigest()[:8], 16)
+    contest_id = 9000 + h % 1000
+    letter = "ABCDEFG"[min(6, (t.rating - MIN_RATING) // 400)]
+    return {
+        "id": f"{contest_id}/{letter}{h % 97}",
+        "contest_id": contest_id,
+        "index": f"{letter}{h % 97}",
+        "title": f"{t.name} " + " ".join(f"{k}={v}" for k, v in consts.items()),
+        "description": statement,
+        "input_format": "",
+        "output_format": "",
+        "rating": t.rating,
+        "tags": ["generated", t.name],
+        "time_limit": 2.0,
+        "memory_limit": 256,
+        "examples": tests[:1],
+        "tests": tests,
+        "prompt": statement + "\n",
+        "solution": f"```python\n{code}\n```",
+        "template": t.name,
+    }
+
+
+def split_of(problem: str, test_fraction: float = 0.1) -> str:
+    h = int.from_bytes(hashlib.sha256(problem.encode()).digest()[:8], "big")
+    return "test" if (h % 10_000) < test_fraction * 10_000 else "train"
+
+
+def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None = None,
+             min_rating: int = MIN_RATING, max_rating: int = MAX_RATING,
+             test_fraction: float = 0.1) -> list[dict]:
+    """`n` distinct generated problems of `split`, deterministic in `seed`, cycling through the
+    templates rated in [min_rating, max_rating] (so every rating level is represented); each
+    template draws its constants without replacement. Splits are disjoint by a hash of the text."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    by_name = {t.name: t for t in TEMPLATES}
+    names = list(TEMPLATE_NAMES if templates is None else templates)
+    unknown = [x for x in names if x not in by_name]
+    if unknown:
+        raise ValueError(f"unknown templates {unknown}; expected some of {list(TEMPLATE_NAMES)}")
+    chosen = [by_name[x] for x in dict.fromkeys(names) if min_rating <= by_name[x].rating <= max_rating]
+    if not chosen:
+        raise ValueError(f"no template rated in [{min_rating}, {max_rating}]")
+    rng = random.Random(f"{TASK}:{split}:{seed}")
+    pools = []
+    for t in chosen:
+        keys = [k for k, _, _ in t.consts]
+        combos = [dict(zip(keys, v)) for v in
+                  itertools.product(*[range(lo, hi + 1) for _, lo, hi in t.consts])]
+        combos = [c for c in combos if split_of(t.statement.format(**c), test_fraction) == split]
+        rng.shuffle(combos)
+        pools.append((t, collections.deque(combos)))
+    out: list[dict] = []
+    while len(out) < n:
+        live = [(t, p) for t, p in pools if p]
+        if not live:
+            raise ValueError(f"only {len(out)} distinct {split} problems exist; asked for {n}")
+        for t, pool in live:
+            if len(out) == n:
+                break
+            rec = make_problem(t, pool.popleft())
+            rec["problem_id"] = rec["id"]
+            rec["id"] = f"{TASK}-{split}-{seed}-{len(out):05d}"
+            rec["task"] = TASK
+            out.append(rec)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading open-r1 style records
+
+def format_prompt(record: dict) -> str:
+    parts = [record.get("title", ""), record.get("description", "")]
+    if record.get("input_format"):
+        parts.append("Input\n" + record["input_format"])
+    if record.get("output_format"):
+        parts.append("Output\n" + record["output_format"])
+    for ex in record.get("examples") or []:
+        parts.append(f"Example input\n{ex.get('input', '')}\nExample output\n{ex.get('output', '')}")
+    parts.append(f"Time limit: {record.get('time_limit')} s. Memory limit: "
+                 f"{record.get('memory_limit')} MB. Read stdin, write stdout. Answer with Python "
+                 "code in a ```python block.")
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def tests_of(record: dict, where: str | None = None) -> list[dict]:
+    where = where or f"record {record.get('id', '?')!r}"
+    tests = record.get("tests")
+    if tests is None:
+        tests = record.get("official_tests")
+    if tests is None:
+        raise DataError(f"{where}: record is missing field 'tests'")
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: tests: malformed JSON ({e.msg})") from None
+    if not isinstance(tests, list) or not tests:
+        raise DataError(f"{where}: tests must be a non-empty list of {{input, output}}")
+    out = []
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict) or not isinstance(t.get("input"), str) \
+                or not isinstance(t.get("output"), str):
+            raise DataError(f"{where}: tests[{i}] needs string fields 'input' and 'output'")
+        out.append({"input": t["input"], "output": t["output"], "testtype": "stdin"})
+    return out
+
+
+def normalize(record: dict, where: str = "record") -> dict:
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    for k in REQUIRED_FIELDS:
+        if k not in record:
+            raise DataError(f"{where}: record is missing field {k!r}")
+    rec = dict(record)
+    try:
+        rec["rating"] = int(rec["rating"])
+        rec["time_limit"] = float(rec["time_limit"])
+        rec["memory_limit"] = int(float(rec["memory_limit"]))
+    except (TypeError, ValueError):
+        raise DataError(f"{where}: rating, time_limit and memory_limit must be numbers") from None
+    if rec["time_limit"] <= 0 or rec["memory_limit"] < 16:
+        raise DataError(f"{where}: time_limit must be > 0 and memory_limit >= 16 MB")
+    tests_of(rec, where)
+    rec["task"] = TASK
+    rec["checker"] = bool(rec.get("generated_checker")) or bool(rec.get("interaction_format"))
+    rec.setdefault("prompt", format_prompt(rec))
+    return rec
+
+
+def _usable(rec: dict) -> bool:
+    tests = rec.get("tests", rec.get("official_tests"))
+    return rec.get("rating") is not None and bool(tests) and not rec.get("interaction_format")
+
+
+def load(source, *, split: str = "train", min_rating: int | None = None,
+         max_rating: int | None = None, limit: int | None = None,
+         skip_unusable: bool = False) -> list[dict]:
+    """Records from a local .json/.jsonl file, or a hub dataset name (via `datasets`, e.g.
+    open-r1/codeforces), checked and filtered to a rating range. With `skip_unusable`, records
+    without a rating, without tests or that are interactive are left out instead of raising
+    (the open-r1 copy has such rows); any other bad record still raises DataError."""
+    path = pathlib.Path(source)
+    if path.exists():
+        rows = _lcb._records_from_file(path)
+    elif str(source).endswith((".json", ".jsonl")):
+        raise DataError(f"{source}: file not found")
+    else:
+        import datasets
+
+        ds = datasets.load_dataset(str(source), split=split)
+        rows = [(f"{source}: row {i}", dict(r)) for i, r in enumerate(ds)]
+    recs = [normalize(r, where) for where, r in rows
+            if not skip_unusable or not isinstance(r, dict) or _usable(r)]
+    recs = [r for r in recs if (min_rating is None or r["rating"] >= min_rating)
+            and (max_rating is None or r["rating"] <= max_rating)]
+    return recs[:limit] if limit is not None else recs
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+def _is_real(tok: str) -> bool:
+    return any(ch in tok for ch in ".eE") and not tok.lower().lstrip("+-").startswith(("inf", "nan"))
+
+
+def tokens_match(got: str, want: str) -> bool:
+    a, b = got.split(), want.split()
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if not _is_real(y):
+            return False
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            return False
+        if not (math.isfinite(fx) and abs(fx - fy) <= FLOAT_TOLERANCE * max(1.0, abs(fy))):
+            return False
+    return True
+
+
+def score(record: dict, completion: str, *, time_scale: float = 1.0,
+          stop_at_first_failure: bool = False, workers: int = 1,
+          unsafe: bool | None = None) -> dict:
+    """Judge `completion` on every test of `record` under its time_limit (times `time_scale`)
+    and memory_limit: {passed, verdicts, n_tests, n_passed}."""
+    where = f"record {record.get('id', '?')!r}"
+    for k in ("time_limit", "memory_limit"):
+        if k not in record:
+            raise DataError(f"{where}: record is missing field {k!r}")
+    tests = tests_of(record, where)
+    return _lcb.run_tests(_lcb.extract_code(completion), tests,
+                          timeout_s=float(record["time_limit"]) * time_scale,
+                          memory_mb=int(record["memory_limit"]),
+                          stop_at_first_failure=stop_at_first_failure, workers=workers,
+                          unsafe=unsafe, compare=tokens_match)
+
+
+def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 2,
+               **kwargs) -> list[dict]:
+    """score() of each (record, completion) pair, `workers` sandboxes at a time, in order."""
+    return _lcb._score_many(score, records, completions, workers, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rating
+
+def solve_probability(rating: float, problem_rating: float) -> float:
+    return 1.0 / (1.0 + 10.0 ** ((problem_rating - rating) / 400.0))
+
+
+def _loglik(r: float, outcomes) -> float:
+    total = 0.0
+    for d, s in outcomes:
+        z = (d - r) / 400.0 * math.log(10.0)
+        # log p = -log(1 + e^z), log(1-p) = z - log(1 + e^z), computed stably
+        log1pexp = z + math.log1p(math.exp(-z)) if z > 0 else math.log1p(math.exp(z))
+        total += -log1pexp if s else z - log1pexp
+    return total
+
+
+def _chi2_1(conf: float) -> float:
+    """The `conf` quantile of chi-square with 1 degree of freedom (= z^2)."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + conf / 2.0) ** 2
+
+
+def percentile(rating: float, population: Sequence[float] | None = None) -> float:
+    """Percent of the reference distribution (or of `population`) rated below `rating`."""
+    if population is not None:
+        pop = list(population)
+        if not pop:
+            raise ValueError("population is empty")
+        return 100.0 * sum(p < rating for p in pop) / len(pop)
+    from statistics import NormalDist
+
+    nd = NormalDist(REFERENCE_MEAN, REFERENCE_SD)
+    lo, hi = nd.cdf(RATING_RANGE[0]), nd.cdf(RATING_RANGE[1])
+    r = min(max(rating, RATING_RANGE[0]), RATING_RANGE[1])
+    return 100.0 * (nd.cdf(r) - lo) / (hi - lo)
+
+
+def estimate_rating(outcomes: Iterable[tuple[float, bool]], *, confidence: float = 0.95,
+                    lo: float = RATING_RANGE[0], hi: float = RATING_RANGE[1],
+                    population: Sequence[float] | None = None) -> dict:
+    """Maximum-likelihood rating from (problem_rating, solved) pairs, with a likelihood-ratio
+    confidence interval, all within [lo, hi]: {rating, low, high, percentile, n, solved, bounded}.
+    """
+    pairs = [(float(d), bool(s)) for d, s in outcomes]
+    if not pairs:
+        raise ValueError("estimate_rating needs at least one (problem_rating, solved) outcome")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    solved = sum(s for _, s in pairs)
+
+    def score_fn(r):      # d loglik / dR up to a positive factor; decreasing in r
+        return solved - sum(solve_probability(r, d) for d, _ in pairs)
+
+    if score_fn(hi) >= 0:
+        mle = hi
+    elif score_fn(lo) <= 0:
+        mle = lo
+    else:
+        a, b = lo, hi
+        for _ in range(100):
+            m = (a + b) / 2
+            if score_fn(m) > 0:
+                a = m
+            else:
+                b = m
+            if b - a < 1e-6:
+                break
+        mle = (a + b) / 2
+    lmax = _loglik(mle, pairs)
+    drop = _chi2_1(confidence) / 2.0
+
+    def boundary(a, b):   # loglik(a) >= lmax - drop > loglik(b) (or b is the range end)
+        target = lmax - drop
+        if _loglik(b, pairs) >= target:
+            return b
+        for _ in range(100):
+            m = (a + b) / 2
+            if _loglik(m, pairs) >= target:
+                a = m
+            else:
+                b = m
+            if abs(b - a) < 1e-6:
+                break
+        return (a + b) / 2
+
+    low, high = boundary(mle, lo), boundary(mle, hi)
+    return {"rating": mle, "low": low, "high": high, "percentile": percentile(mle, population),
+            "percentile_low": percentile(low, population),
+            "percentile_high": percentile(high, population),
+            "confidence": confidence, "n": len(pairs), "solved": solved,
+            "bounded": mle in (lo, hi)}

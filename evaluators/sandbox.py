@@ -1,0 +1,576 @@
+"""Run untrusted Python programs, one fresh sandboxed process per run, never in this process.
+
+Isolation (the default, and the only mode code benchmarks accept without an explicit opt-out):
+
+* every program runs in a fresh `bwrap` (bubblewrap) sandbox: its own user, PID, mount, network,
+  IPC, UTS and cgroup namespaces (`--unshare-all --unshare-user`), no network (only a loopback
+  interface), a read-only view of `/`, a private size-capped tmpfs `/tmp` that is the working
+  directory and holds the program, a private `/dev` and `/dev/shm`, the harness's working
+  directory hidden under an empty tmpfs, a cleared environment, a new session
+  (`--new-session`), `--die-with-parent` and no further user namespaces (`--disable-userns`).
+  When the harness runs as root, bwrap itself is started as user `nobody` (uid 65534) and
+  builds an unprivileged user namespace, so nothing in the sandbox has root's real uid or any
+  capability (this needs unprivileged user namespaces, on by default on current kernels; where
+  they are off the probe fails and code benchmarks refuse to run, naming the reason);
+* inside, `prlimit` sets CPU-time, address-space, file-size, open-file, process-count and core
+  limits before exec'ing the interpreter. The process limit is set after the sandbox's user
+  namespace exists, so it counts the sandbox's own processes only: a fork bomb in one program
+  cannot starve its neighbours of process slots;
+* the harness feeds stdin from a memory file, reads stdout, stderr and an optional side channel
+  (a separate pipe, `GSPO_CHANNEL_FD`) through size caps, and enforces the wall-time limit. On a
+  timeout, an output flood, or when the program exits, the sandbox's PID-1 is killed (through a
+  pidfd) and with it every process the program started; the bwrap process group is killed and
+  everything is reaped, so no stray process or zombie remains, and a descendant holding the pipes
+  open cannot make the harness hang.
+
+`Result.status` reports how the process ended ("ok" = exit status 0). It says nothing about
+correctness: callers (evaluators.livecodebench, evaluators.codeforces) decide verdicts by
+comparing the captured stdout or side-channel value with expected outputs the child never sees,
+so a program that exits early, fakes a verdict or lies about its exit status gains nothing.
+
+Without a working bwrap, `run` raises SandboxUnavailable, unless the caller passes `unsafe=True`
+or the environment sets GSPO_UNSAFE_SANDBOX=1: then programs run as plain subprocesses (own
+session and process group, temp working directory, cleaned environment, the same rlimits, the
+group killed afterwards) with NO file-system, network or PID isolation. A process that escapes
+into a new session can outlive the run in that mode, and run as root the process-count limit is
+not enforced by the kernel. Use it only on a throw-away machine.
+
+Environment knobs: GSPO_SANDBOX_BWRAP (path of the bwrap binary), GSPO_SANDBOX_PYTHON (the
+interpreter run inside; it must be readable by the sandbox user; by default the harness's own
+interpreter when it is, else /usr/bin/python3), GSPO_SANDBOX_HIDE (extra directories, separated
+by ':', to hide from programs), GSPO_UNSAFE_SANDBOX=1 (see above).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from typing import Iterable, Mapping
+
+STATUSES = ("ok", "timeout", "memory", "runtime_error", "output_limit")
+
+UNSAFE_ENV = "GSPO_UNSAFE_SANDBOX"
+SANDBOX_UID = 65534  # nobody; used only when the harness runs as root
+DEFAULT_MAX_OUTPUT = 4 << 20
+DEFAULT_MAX_STDERR = 256 << 10
+DEFAULT_MAX_PROCS = 16
+DEFAULT_MAX_FILE_MB = 16
+DEFAULT_TMP_MB = 32
+DEFAULT_MAX_OPEN_FILES = 64
+_EXIT_GRACE_S = 0.5      # how long pipes may stay open after the program's process has exited
+_READ_CHUNK = 1 << 16
+
+
+class SandboxUnavailable(RuntimeError):
+    """No isolating sandbox here and the unsafe mode was not asked for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    status: str                 # one of STATUSES
+    stdout: str
+    stderr: str
+    returncode: int | None      # the program's exit status (negative: killed by that signal);
+                                # None when the harness killed it (timeout, output limit)
+    wall_s: float = 0.0
+    channel: bytes = b""        # what the program wrote to GSPO_CHANNEL_FD (when channel=True)
+    isolated: bool = True       # False: ran in the unsafe mode
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and the one-time probe
+
+def unsafe_requested(unsafe: bool | None = None) -> bool:
+    """`unsafe` when given, else whether GSPO_UNSAFE_SANDBOX is set to 1/true/yes."""
+    if unsafe is not None:
+        return bool(unsafe)
+    return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _world_accessible(path: str) -> bool:
+    """Whether a user with no special rights can reach and execute `path` (mode bits only)."""
+    p = pathlib.Path(path)
+    try:
+        if not (p.stat().st_mode & 0o001):
+            return False
+        for parent in p.parents:
+            if not (parent.stat().st_mode & 0o001):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _switch_user() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _sandbox_python() -> str | None:
+    env = os.environ.get("GSPO_SANDBOX_PYTHON")
+    if env:
+        return env
+    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"]
+    for c in candidates:
+        if c and os.path.isfile(c) and (not _switch_user() or _world_accessible(c)):
+            return c
+    return None
+
+
+def bwrap_path() -> str | None:
+    """The bwrap binary that would be used (GSPO_SANDBOX_BWRAP or PATH), or None."""
+    return _bwrap_path()
+
+
+def _bwrap_path() -> str | None:
+    env = os.environ.get("GSPO_SANDBOX_BWRAP")
+    if env is not None:
+        return env if env and os.path.isfile(env) and os.access(env, os.X_OK) else None
+    return shutil.which("bwrap")
+
+
+def _hidden_dirs(python: str) -> list[str]:
+    """Directories to mask with an empty tmpfs: the harness's cwd (where data and results live)
+    plus GSPO_SANDBOX_HIDE, never one that holds the interpreter or a system directory."""
+    dirs = [os.getcwd()] + [d for d in os.environ.get("GSPO_SANDBOX_HIDE", "").split(":") if d]
+    out = []
+    py = os.path.realpath(python)
+    for d in dirs:
+        d = os.path.realpath(d)
+        if d in ("/", "/usr", "/bin", "/lib", "/lib64", "/etc", "/tmp", "/proc", "/dev"):
+            continue
+        if py == d or py.startswith(d.rstrip("/") + "/"):
+            continue
+        if os.path.isdir(d) and (not _switch_user() or _world_accessible(d)):
+            out.append(d)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Backend:
+    mode: str                   # "bwrap" or "unsafe"
+    python: str
+    bwrap: str | None
+    python_version: tuple[int, int] | None
+    reason: str = ""            # why bwrap is not usable, when it is not
+
+
+_probe_lock = threading.Lock()
+_probe_cache: dict[tuple, _Backend | str] = {}
+_warned_unsafe = False
+
+
+def _probe() -> _Backend | str:
+    """The working bwrap backend, or a string saying why there is none (cached per config)."""
+    python, bwrap = _sandbox_python(), _bwrap_path()
+    key = (python, bwrap, os.getcwd(), os.environ.get("GSPO_SANDBOX_HIDE", ""))
+    with _probe_lock:
+        if key in _probe_cache:
+            return _probe_cache[key]
+        if python is None:
+            why = ("no Python interpreter the sandbox user can run; set GSPO_SANDBOX_PYTHON "
+                   "to a world-readable python3")
+        elif bwrap is None:
+            why = "bubblewrap (bwrap) not found; install it (e.g. apt-get install bubblewrap)"
+        else:
+            backend = _Backend("bwrap", python, bwrap, None)
+            code = "import sys,socket\nprint(sys.version_info[0], sys.version_info[1])\n"
+            try:
+                r = _run_bwrap(backend, code, "", timeout_s=20.0, memory_mb=512, files=None,
+                               args=(), channel=False, max_output=4096, max_stderr=65536,
+                               max_procs=DEFAULT_MAX_PROCS, max_file_mb=1, tmp_mb=4)
+                parts = r.stdout.split()
+                if r.status == "ok" and len(parts) == 2:
+                    result = dataclasses.replace(backend, python_version=(int(parts[0]), int(parts[1])))
+                    _probe_cache[key] = result
+                    return result
+                why = f"bwrap probe failed ({r.status}, rc={r.returncode}): {r.stderr.strip()[-300:]}"
+            except OSError as e:
+                why = f"bwrap probe could not start: {e}"
+        _probe_cache[key] = why
+        return why
+
+
+def isolation_available() -> bool:
+    """Whether programs can run in the bwrap sandbox here."""
+    return isinstance(_probe(), _Backend)
+
+
+def sandbox_python_version() -> tuple[int, int] | None:
+    """(major, minor) of the interpreter programs run under, when the sandbox works."""
+    b = _probe()
+    return b.python_version if isinstance(b, _Backend) else None
+
+
+def _backend(unsafe: bool | None) -> _Backend:
+    global _warned_unsafe
+    b = _probe()
+    if isinstance(b, _Backend):
+        return b
+    if not unsafe_requested(unsafe):
+        raise SandboxUnavailable(
+            f"cannot isolate untrusted code: {b}. Refusing to run it unsandboxed; pass unsafe=True "
+            f"or set {UNSAFE_ENV}=1 to run it as plain subprocesses (no file-system, network or "
+            "PID isolation), only on a throw-away machine")
+    if not _warned_unsafe:
+        warnings.warn(f"{UNSAFE_ENV}: running untrusted code WITHOUT isolation ({b})", stacklevel=3)
+        _warned_unsafe = True
+    python = _sandbox_python() or os.path.realpath(sys.executable)
+    return _Backend("unsafe", python, None, sys.version_info[:2], reason=b)
+
+
+def check_available(unsafe: bool | None = None) -> str:
+    """'bwrap' or 'unsafe'; raises SandboxUnavailable where code benchmarks must refuse to run."""
+    return _backend(unsafe).mode
+
+
+def reset_probe() -> None:
+    """Forget the probe result (after installing bwrap or changing the GSPO_SANDBOX_* env)."""
+    with _probe_lock:
+        _probe_cache.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+def _limits_argv(timeout_s: float, memory_mb: int, max_procs: int, max_file_mb: int) -> list[str]:
+    cpu = max(1, math.ceil(timeout_s))
+    prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+    return [prlimit, f"--cpu={cpu}:{cpu + 1}", f"--as={int(memory_mb) << 20}",
+            f"--fsize={int(max_file_mb) << 20}", f"--nofile={DEFAULT_MAX_OPEN_FILES}",
+            f"--nproc={int(max_procs)}", "--core=0", "--"]
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)   # not inheritable; pass_fds makes it so in the child only
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _as_bytes(x) -> bytes:
+    return x if isinstance(x, bytes) else str(x).encode("utf-8")
+
+
+def run(code: str, stdin: str = "", *, timeout_s: float, memory_mb: int,
+        files: Mapping[str, str | bytes] | None = None, args: Iterable[str] = (),
+        channel: bool = False, max_output: int = DEFAULT_MAX_OUTPUT,
+        max_stderr: int = DEFAULT_MAX_STDERR, max_procs: int = DEFAULT_MAX_PROCS,
+        max_file_mb: int = DEFAULT_MAX_FILE_MB, tmp_mb: int = DEFAULT_TMP_MB,
+        unsafe: bool | None = None) -> Result:
+    """Run the Python program `code` on `stdin` in a fresh sandbox and capture what it printed.
+
+    `timeout_s` bounds wall time (and, rounded up, CPU time); `memory_mb` the address space.
+    `files` are extra files put beside the program (names relative to its working directory);
+    `args` become sys.argv[1:]. With `channel=True` the program may write to the file descriptor
+    named by its GSPO_CHANNEL_FD environment variable, returned as Result.channel (capped at
+    `max_output`). stdout beyond `max_output` bytes or stderr beyond `max_stderr` bytes stops
+    the program with status "output_limit".
+    """
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if memory_mb < 16:
+        raise ValueError(f"memory_mb must be >= 16, got {memory_mb}")
+    for name in (files or {}):
+        if not name or name.startswith("/") or ".." in pathlib.PurePosixPath(name).parts \
+                or name == "main.py":
+            raise ValueError(f"bad sandbox file name {name!r}")
+    backend = _backend(unsafe)
+    kw = dict(timeout_s=float(timeout_s), memory_mb=int(memory_mb), files=files, args=tuple(args),
+              channel=channel, max_output=int(max_output), max_stderr=int(max_stderr),
+              max_procs=int(max_procs), max_file_mb=int(max_file_mb), tmp_mb=int(tmp_mb))
+    if backend.mode == "bwrap":
+        return _run_bwrap(backend, code, stdin, **kw)
+    return _run_unsafe(backend, code, stdin, **kw)
+
+
+def _run_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
+               max_output, max_stderr, max_procs, max_file_mb, tmp_mb) -> Result:
+    fds: list[int] = []
+    try:
+        cmd = [backend.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+               "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
+               "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+               "--size", str(max(1, tmp_mb) << 20), "--tmpfs", "/dev/shm"]
+        for d in _hidden_dirs(backend.python):
+            cmd += ["--size", str(1 << 16), "--tmpfs", d, "--remount-ro", d]
+        cmd += ["--size", str(max(1, tmp_mb) << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+        for name, data in [("main.py", code), *sorted((files or {}).items())]:
+            fd = _memfd(name, _as_bytes(data))
+            fds.append(fd)
+            parent = pathlib.PurePosixPath("/tmp", name).parent
+            if str(parent) != "/tmp":
+                cmd += ["--dir", str(parent)]
+            cmd += ["--file", str(fd), f"/tmp/{name}"]
+        info_r, info_w = os.pipe()
+        fds += [info_r, info_w]
+        cmd += ["--info-fd", str(info_w)]
+        chan_r = chan_w = None
+        if channel:
+            chan_r, chan_w = os.pipe()
+            fds += [chan_r, chan_w]
+            cmd += ["--setenv", "GSPO_CHANNEL_FD", str(chan_w)]
+        cmd += ["--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+                "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
+                "--chdir", "/tmp", "--"]
+        cmd += _limits_argv(timeout_s, memory_mb, max_procs, max_file_mb)
+        cmd += [backend.python, "-I", "-B", "/tmp/main.py", *args]
+        stdin_fd = _memfd("stdin", _as_bytes(stdin))
+        fds.append(stdin_fd)
+        pass_fds = [f for f in fds if f not in (info_r, chan_r, stdin_fd)]
+        user_kw = {}
+        if _switch_user():
+            user_kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=pass_fds, start_new_session=True, **user_kw)
+        # Close our copies of what the child alone should hold, so EOF means the sandbox is gone.
+        for f in pass_fds + [stdin_fd]:
+            os.close(f)
+            fds.remove(f)
+        streams = {"info": info_r}
+        if chan_r is not None:
+            streams["channel"] = chan_r
+        return _supervise(proc, streams, start, timeout_s=timeout_s, max_output=max_output,
+                          max_stderr=max_stderr, isolated=True, pid1_from_info=True)
+    finally:
+        for f in fds:
+            try:
+                os.close(f)
+            except OSError:
+                pass
+
+
+def _run_unsafe(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
+                max_output, max_stderr, max_procs, max_file_mb, tmp_mb) -> Result:
+    work = tempfile.mkdtemp(prefix="gspo-unsafe-")
+    fds: list[int] = []
+    try:
+        for name, data in [("main.py", code), *sorted((files or {}).items())]:
+            p = pathlib.Path(work, name)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(_as_bytes(data))
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0"}
+        chan_r = None
+        pass_fds = []
+        if channel:
+            chan_r, chan_w = os.pipe()
+            fds += [chan_r, chan_w]
+            pass_fds = [chan_w]
+            env["GSPO_CHANNEL_FD"] = str(chan_w)
+        stdin_fd = _memfd("stdin", _as_bytes(stdin))
+        fds.append(stdin_fd)
+        cmd = _limits_argv(timeout_s, memory_mb, max_procs, max_file_mb)
+        cmd += [backend.python, "-I", "-B", os.path.join(work, "main.py"), *args]
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=pass_fds, start_new_session=True, cwd=work, env=env)
+        for f in pass_fds + [stdin_fd]:
+            os.close(f)
+            fds.remove(f)
+        streams = {"channel": chan_r} if chan_r is not None else {}
+        return _supervise(proc, streams, start, timeout_s=timeout_s, max_output=max_output,
+                          max_stderr=max_stderr, isolated=False, pid1_from_info=False)
+    finally:
+        for f in fds:
+            try:
+                os.close(f)
+            except OSError:
+                pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _supervise(proc: subprocess.Popen, extra: dict[str, int], start: float, *, timeout_s: float,
+               max_output: int, max_stderr: int, isolated: bool, pid1_from_info: bool) -> Result:
+    """Read the child's streams through caps until EOF, the wall deadline or an overflow; then
+    kill whatever is left of it and reap it."""
+    caps = {"stdout": max_output, "stderr": max_stderr, "channel": max_output, "info": 65536}
+    fds = {"stdout": proc.stdout.fileno(), "stderr": proc.stderr.fileno(), **extra}
+    bufs = {name: bytearray() for name in fds}
+    sel = selectors.DefaultSelector()
+    for name, fd in fds.items():
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, name)
+    pidfd = None
+    killed_for = None
+    exited_at = None
+    deadline = start + timeout_s
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                killed_for = "timeout"
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+                if not isolated:
+                    _killpg(proc.pid)   # descendants left in the group
+            if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
+                break                   # something still holds a pipe: stop waiting for it
+            wait = min(deadline - now, 0.05 if exited_at is None else _EXIT_GRACE_S)
+            for key, _ in sel.select(max(wait, 0.001)):
+                name = key.data
+                try:
+                    chunk = os.read(key.fd, _READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fd)
+                    if name == "info" and pid1_from_info:
+                        pidfd = _open_pid1(bytes(bufs["info"]), proc.pid)
+                    continue
+                room = caps[name] - len(bufs[name])
+                bufs[name] += chunk[:max(room, 0)]
+                if len(chunk) > room:
+                    killed_for = "output_limit"
+                    break
+            if killed_for:
+                break
+    finally:
+        sel.close()
+        if pidfd is None and pid1_from_info and bufs.get("info"):
+            pidfd = _open_pid1(bytes(bufs["info"]), proc.pid)
+        _terminate(proc, pidfd)
+    wall = time.monotonic() - start
+    rc = proc.returncode
+    stdout = bytes(bufs["stdout"]).decode("utf-8", "replace")
+    stderr = bytes(bufs["stderr"]).decode("utf-8", "replace")
+    chan = bytes(bufs.get("channel", b""))
+    if killed_for:
+        return Result(killed_for, stdout, stderr, None, wall, chan, isolated)
+    if isolated and rc is not None and rc > 128:   # bwrap reports a signal death as 128 + signal
+        rc = -(rc - 128)
+    return Result(_classify(rc, stderr), stdout, stderr, rc, wall, chan, isolated)
+
+
+def _classify(rc: int | None, stderr: str) -> str:
+    if rc == 0:
+        return "ok"
+    if rc in (-signal.SIGXCPU,):
+        return "timeout"
+    tail = stderr.strip().splitlines()[-1:] if stderr.strip() else []
+    if tail and tail[0].startswith("MemoryError"):
+        return "memory"
+    if rc == -signal.SIGKILL:
+        return "memory"         # killed from outside the harness: the kernel's OOM killer
+    return "runtime_error"
+
+
+def _open_pid1(info: bytes, bwrap_pid: int):
+    """A pidfd for the sandbox's PID-1, named in bwrap's --info-fd JSON; only if that process is
+    still bwrap's own child (the JSON is written before the program starts, so the program
+    cannot forge it, and the parent check rules out a stale pid)."""
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(info.decode())
+        pid = int(obj["child-pid"])
+        fd = os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, OSError, AttributeError, UnicodeDecodeError):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == bwrap_pid:
+            return fd
+    except (OSError, ValueError, IndexError):
+        pass
+    os.close(fd)
+    return None
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _terminate(proc: subprocess.Popen, pidfd) -> None:
+    """Kill the sandbox (its PID-1 first, so bwrap reaps it), then bwrap's group; reap."""
+    try:
+        if pidfd is not None:
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is None:
+            _killpg(proc.pid)
+            try:
+                proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        else:
+            _killpg(proc.pid)   # leftovers of the group (its id is not reused while they live)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+        for f in (proc.stdout, proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    code: str
+    stdin: str = ""
+    timeout_s: float = 6.0
+    memory_mb: int = 512
+    options: Mapping = dataclasses.field(default_factory=dict)   # further run() keywords
+
+
+def default_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def run_many(jobs: Iterable[Job | Mapping], workers: int | None = None,
+             unsafe: bool | None = None) -> list[Result]:
+    """Run `jobs` (Job objects or dicts of run() keywords) with at most `workers` sandboxes at a
+    time; results in job order. Each run is its own sandbox, so a hostile program in one job
+    cannot touch another's result."""
+    jobs = list(jobs)
+    workers = default_workers() if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    _backend(unsafe)    # refuse up front, not once per job
+
+    def one(job):
+        if isinstance(job, Job):
+            return run(job.code, job.stdin, timeout_s=job.timeout_s, memory_mb=job.memory_mb,
+                       unsafe=unsafe, **dict(job.options))
+        kw = dict(job)
+        kw.setdefault("unsafe", unsafe)
+        return run(kw.pop("code"), kw.pop("stdin", ""), **kw)
+
+    if workers == 1 or len(jobs) <= 1:
+        return [one(j) for j in jobs]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        return list(pool.map(one, jobs))

@@ -1,0 +1,404 @@
+"""The sandbox against hostile programs: real subprocesses, real bubblewrap, no mocks.
+
+Every test checks afterwards that no process of ours is left (no descendants of the test process,
+no zombie, nothing carrying the test's marker in its command line) and that files outside the
+sandbox are intact.
+"""
+
+import os
+import pathlib
+import shutil
+import stat
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from evaluators import sandbox
+
+# Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
+# makes these tests fail (SandboxUnavailable names the reason) rather than skip.
+needs_bwrap = pytest.mark.skipif(sandbox.bwrap_path() is None,
+                                 reason="bubblewrap not installed (apt-get install bubblewrap)")
+
+LIMITS = dict(timeout_s=2.0, memory_mb=256)
+
+
+# ---------------------------------------------------------------------------------------------
+# Process accounting
+
+def _proc_table():
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                data = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        rest = data[data.rindex(")") + 2:].split()
+        table[int(entry)] = (rest[0], int(rest[1]), cmd)   # state, ppid, cmdline
+    return table
+
+
+def _descendants(root: int):
+    table = _proc_table()
+    children = {}
+    for pid, (_, ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append((c, table[c][0], table[c][2]))
+            todo.append(c)
+    return out
+
+
+def _with_marker(marker: str):
+    return [(pid, cmd) for pid, (_, _, cmd) in _proc_table().items() if marker in cmd]
+
+
+@pytest.fixture
+def marker():
+    return f"gspo-marker-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(marker):
+    yield
+    # Give the kernel a moment to finish tearing down namespaces, then insist on a clean table.
+    deadline = time.monotonic() + 3.0
+    while True:
+        left = _descendants(os.getpid())
+        tagged = _with_marker(marker)
+        if (not left and not tagged) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"processes left under the harness: {left}"
+    assert not tagged, f"processes carrying the test marker survived: {tagged}"
+
+
+@pytest.fixture
+def canary():
+    """A world-writable file outside the sandbox's /tmp: only the read-only mount protects it."""
+    d = tempfile.mkdtemp(prefix="gspo-canary-", dir="/var/tmp")
+    os.chmod(d, 0o777)
+    p = pathlib.Path(d, "canary.txt")
+    p.write_text("intact\n")
+    os.chmod(p, 0o666)
+    yield p
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ordinary behaviour
+
+@needs_bwrap
+def test_a_well_behaved_program_reads_stdin_and_its_output_is_captured():
+    r = sandbox.run("n=int(input())\nprint(n*3+1)", "5\n", **LIMITS)
+    assert (r.status, r.stdout, r.returncode, r.isolated) == ("ok", "16\n", 0, True)
+
+
+@needs_bwrap
+def test_a_nonzero_exit_or_exception_is_a_runtime_error():
+    r = sandbox.run("import sys\nsys.exit(3)", **LIMITS)
+    assert (r.status, r.returncode) == ("runtime_error", 3)
+    r = sandbox.run("raise ValueError('boom')", **LIMITS)
+    assert r.status == "runtime_error" and "ValueError: boom" in r.stderr
+
+
+@needs_bwrap
+def test_a_signal_death_is_reported_with_the_signal_number():
+    r = sandbox.run("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", **LIMITS)
+    assert r.status == "runtime_error" and r.returncode == -11
+
+
+@needs_bwrap
+def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_directory(monkeypatch):
+    monkeypatch.setenv("GSPO_TEST_SECRET", "s3cret")
+    code = ("import os, json\nprint(json.dumps([os.getcwd(), sorted(os.listdir('.')), dict(os.environ)]))\n"
+            "open('left_over.txt', 'w').write('x')\n")
+    first = sandbox.run(code, **LIMITS)
+    second = sandbox.run(code, **LIMITS)
+    import json
+
+    cwd, files, env = json.loads(first.stdout)
+    assert cwd == "/tmp" and files == ["main.py"]
+    assert "GSPO_TEST_SECRET" not in env and "s3cret" not in first.stdout
+    assert set(env) <= {"PATH", "HOME", "LANG", "PYTHONHASHSEED", "PWD", "LC_CTYPE"}
+    assert json.loads(second.stdout)[1] == ["main.py"], "a file from the previous run leaked"
+
+
+@needs_bwrap
+def test_the_program_runs_without_capabilities_and_not_as_root():
+    r = sandbox.run("import os\nprint(os.getuid())\n"
+                    "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].strip())",
+                    **LIMITS)
+    uid, capeff = r.stdout.splitlines()
+    if os.geteuid() == 0:
+        assert int(uid) != 0
+    assert capeff.split()[1] == "0000000000000000"
+
+
+@needs_bwrap
+def test_the_program_has_its_own_pid_namespace_and_cannot_see_the_harness():
+    r = sandbox.run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+                    f"print(os.path.exists('/proc/{os.getpid()}/cmdline'))", **LIMITS)
+    pids, harness_visible = r.stdout.splitlines()
+    assert max(eval(pids)) < 10 and harness_visible == "False"
+
+
+@needs_bwrap
+def test_the_harness_working_directory_is_hidden_from_the_program():
+    r = sandbox.run(f"import os\nprint(os.listdir({os.getcwd()!r}))", **LIMITS)
+    assert r.stdout.strip() == "[]"
+
+
+@needs_bwrap
+def test_the_network_is_unreachable():
+    code = ("import socket\nfor host in ['1.1.1.1', '8.8.8.8']:\n"
+            "    s = socket.socket(); s.settimeout(1)\n"
+            "    try:\n        s.connect((host, 53)); print('connected')\n"
+            "    except OSError as e:\n        print('refused', e.errno)\n"
+            "print(sorted(n for _, n in socket.if_nameindex()))\n")
+    r = sandbox.run(code, **LIMITS)
+    assert "connected" not in r.stdout and r.stdout.count("refused") == 2
+    assert r.stdout.strip().splitlines()[-1] == "['lo']"
+
+
+@needs_bwrap
+def test_files_outside_the_sandbox_cannot_be_modified_or_deleted(canary):
+    code = f"""
+import os, shutil
+p = {str(canary)!r}
+for attempt in (lambda: open(p, 'w').write('pwned'), lambda: os.remove(p),
+                lambda: os.rename(p, p + '.moved'), lambda: os.chmod(p, 0),
+                lambda: shutil.rmtree(os.path.dirname(p)), lambda: open('/etc/gspo-pwned', 'w'),
+                lambda: os.remove({sandbox.__file__!r})):
+    try:
+        attempt(); print('succeeded')
+    except OSError as e:
+        print('failed', e.errno)
+"""
+    r = sandbox.run(code, **LIMITS)
+    assert "succeeded" not in r.stdout and r.stdout.count("failed") == 7
+    assert canary.read_text() == "intact\n" and stat.S_IMODE(canary.stat().st_mode) == 0o666
+    assert not os.path.exists("/etc/gspo-pwned") and os.path.exists(sandbox.__file__)
+
+
+@needs_bwrap
+def test_extra_files_and_arguments_reach_the_program():
+    r = sandbox.run("import sys\nprint(open('data/x.txt').read(), sys.argv[1:])",
+                    files={"data/x.txt": "hello"}, args=["a", "b"], **LIMITS)
+    assert r.stdout == "hello ['a', 'b']\n"
+
+
+@needs_bwrap
+def test_the_side_channel_returns_what_the_program_wrote_and_stdout_stays_separate():
+    r = sandbox.run("import os\nprint('on stdout')\nos.write(int(os.environ['GSPO_CHANNEL_FD']), b'value')",
+                    channel=True, **LIMITS)
+    assert (r.stdout, r.channel) == ("on stdout\n", b"value")
+
+
+def test_bad_arguments_are_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="timeout_s"):
+        sandbox.run("print(1)", timeout_s=0, memory_mb=256)
+    with pytest.raises(ValueError, match="memory_mb"):
+        sandbox.run("print(1)", timeout_s=1, memory_mb=1)
+    with pytest.raises(ValueError, match="file name"):
+        sandbox.run("print(1)", files={"../escape.py": "x"}, **LIMITS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile programs
+
+@needs_bwrap
+def test_an_infinite_loop_is_stopped_at_the_time_limit(marker):
+    t0 = time.monotonic()
+    r = sandbox.run("while True:\n    pass", timeout_s=1.0, memory_mb=256, args=[marker])
+    assert r.status == "timeout" and r.returncode is None
+    assert time.monotonic() - t0 < 3.0
+
+
+@needs_bwrap
+def test_a_sleeping_program_is_stopped_by_the_wall_clock_limit(marker):
+    t0 = time.monotonic()
+    r = sandbox.run("import time\ntime.sleep(120)", timeout_s=0.8, memory_mb=256, args=[marker])
+    assert r.status == "timeout" and 0.7 < time.monotonic() - t0 < 3.0
+
+
+@needs_bwrap
+def test_the_cpu_time_limit_stops_a_program_even_with_a_generous_wall_clock(marker):
+    # Busy threads burn CPU time faster than wall time; RLIMIT_CPU (1 s) fires first.
+    code = ("import threading\ndef spin():\n    while True: pass\n"
+            "for _ in range(3): threading.Thread(target=spin, daemon=True).start()\nspin()\n")
+    r = sandbox.run(code, timeout_s=1.0, memory_mb=256, args=[marker])
+    assert r.status == "timeout"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("code", [
+    "x = bytearray(8 * 1024 ** 3)",
+    "xs = []\nwhile True:\n    xs.append(' ' * 10 ** 6)",
+], ids=["one-huge-allocation", "growing-list"])
+def test_a_memory_bomb_is_reported_as_a_memory_verdict(code, marker):
+    r = sandbox.run(code, timeout_s=5.0, memory_mb=128, args=[marker])
+    assert r.status == "memory", (r.status, r.stderr[-300:])
+
+
+@needs_bwrap
+def test_a_fork_bomb_is_contained_and_leaves_no_process_behind(marker):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    t0 = time.monotonic()
+    r = sandbox.run(code, timeout_s=1.0, memory_mb=256, args=[marker])
+    assert r.status in ("timeout", "runtime_error")
+    assert time.monotonic() - t0 < 4.0
+    after = sandbox.run("print('still fine')", **LIMITS)
+    assert after.stdout == "still fine\n"
+
+
+@needs_bwrap
+def test_the_process_limit_caps_how_many_processes_a_program_can_start(marker):
+    code = """
+import os, time
+started = 0
+for _ in range(60):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    started += 1
+print(started)
+"""
+    r = sandbox.run(code, timeout_s=3.0, memory_mb=256, max_procs=12, args=[marker])
+    assert r.status == "ok" and 0 < int(r.stdout) < 12
+
+
+@needs_bwrap
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_an_output_flood_is_cut_at_the_output_cap(stream, marker):
+    code = f"import sys\nwhile True:\n    sys.{stream}.write('x' * 4096)\n"
+    t0 = time.monotonic()
+    r = sandbox.run(code, timeout_s=10.0, memory_mb=256, max_output=1 << 20,
+                    max_stderr=1 << 16, args=[marker])
+    assert r.status == "output_limit"
+    assert len(getattr(r, stream)) == (1 << 20 if stream == "stdout" else 1 << 16)
+    assert time.monotonic() - t0 < 5.0
+
+
+@needs_bwrap
+def test_a_background_child_holding_the_pipes_does_not_hang_the_harness(marker):
+    code = f"""
+import subprocess, sys
+subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}],
+                 start_new_session=True)
+print('parent done')
+"""
+    t0 = time.monotonic()
+    r = sandbox.run(code, timeout_s=10.0, memory_mb=256, args=[marker])
+    assert (r.status, r.stdout) == ("ok", "parent done\n")
+    assert time.monotonic() - t0 < 3.0, "the harness waited for a descendant holding the pipes"
+
+
+@needs_bwrap
+def test_a_double_forked_daemon_is_killed_with_the_sandbox(marker):
+    code = f"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])
+    os._exit(0)
+time.sleep(60)
+"""
+    r = sandbox.run(code, timeout_s=1.0, memory_mb=256, args=[marker])
+    assert r.status == "timeout"
+
+
+@needs_bwrap
+def test_killing_everything_it_can_see_does_not_harm_the_harness(marker):
+    code = f"""
+import os, signal
+for target in (lambda: os.kill(-1, signal.SIGKILL), lambda: os.kill(1, signal.SIGKILL),
+               lambda: os.kill(os.getppid(), signal.SIGKILL), lambda: os.kill({os.getpid()}, 9)):
+    try:
+        target()
+    except OSError:
+        pass
+print('survived')
+"""
+    r = sandbox.run(code, **LIMITS, args=[marker])
+    assert r.status in ("ok", "runtime_error")
+    assert sandbox.run("print(2)", **LIMITS).stdout == "2\n"
+
+
+@needs_bwrap
+def test_parallel_runs_are_isolated_from_hostile_neighbours(marker):
+    hostile = {
+        "fork bomb": "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n",
+        "memory bomb": "xs = []\nwhile True: xs.append(bytearray(10 ** 7))\n",
+        "infinite loop": "while True: pass\n",
+        "output flood": "while True: print('y' * 1000)\n",
+    }
+    jobs = [dict(code=c, timeout_s=1.5, memory_mb=128, args=[marker]) for c in hostile.values()]
+    normal = [dict(code="n=int(input())\nprint(n*n)", stdin=f"{i}\n", timeout_s=10.0,
+                   memory_mb=256, args=[marker]) for i in range(8)]
+    order = [jobs[0], normal[0], jobs[1], normal[1], jobs[2], normal[2], jobs[3], *normal[3:]]
+    results = sandbox.run_many(order, workers=2)
+    by_code = {id(j): r for j, r in zip(order, results)}
+    assert [by_code[id(j)].stdout for j in normal] == [f"{i * i}\n" for i in range(8)]
+    assert all(by_code[id(j)].status == "ok" for j in normal)
+    assert by_code[id(jobs[0])].status in ("timeout", "runtime_error")
+    assert by_code[id(jobs[1])].status == "memory"
+    assert by_code[id(jobs[2])].status == "timeout"
+    assert by_code[id(jobs[3])].status == "output_limit"
+
+
+@needs_bwrap
+def test_run_many_keeps_at_most_workers_sandboxes_running_and_keeps_job_order():
+    jobs = [sandbox.Job(f"import time\ntime.sleep(0.4)\nprint({i})", timeout_s=5.0, memory_mb=256)
+            for i in range(4)]
+    t0 = time.monotonic()
+    results = sandbox.run_many(jobs, workers=2)
+    assert time.monotonic() - t0 >= 0.8, "more than 2 sandboxes ran at once"
+    assert [r.stdout for r in results] == ["0\n", "1\n", "2\n", "3\n"]
+    with pytest.raises(ValueError):
+        sandbox.run_many(jobs, workers=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Without isolation
+
+def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_requested(
+        monkeypatch, marker, tmp_path):
+    from evaluators import livecodebench as lcb
+
+    monkeypatch.setenv("GSPO_SANDBOX_BWRAP", str(tmp_path / "no-such-bwrap"))
+    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+    assert not sandbox.isolation_available()
+    with pytest.raises(sandbox.SandboxUnavailable, match=sandbox.UNSAFE_ENV):
+        sandbox.run("print(1)", **LIMITS)
+    rec = lcb.generate(1, split="train", seed=0)[0]
+    with pytest.raises(sandbox.SandboxUnavailable):
+        lcb.score(rec, rec["solution"])
+    with pytest.raises(sandbox.SandboxUnavailable):
+        sandbox.run_many([dict(code="print(1)", **LIMITS)])
+
+    # The documented opt-out: plain subprocesses, still limited, killed and reaped.
+    monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
+    with pytest.warns(UserWarning, match="WITHOUT isolation"):
+        sandbox._warned_unsafe = False
+        r = sandbox.run("print(int(input()) + 1)", "41\n", **LIMITS)
+    assert (r.status, r.stdout, r.isolated) == ("ok", "42\n", False)
+    code = (f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
+            f"'import time; time.sleep(60)', {marker!r}])\ntime.sleep(60)\n")
+    r = sandbox.run(code, timeout_s=0.8, memory_mb=256, args=[marker])
+    assert r.status == "timeout"
+    assert lcb.score(rec, rec["solution"])["passed"]
