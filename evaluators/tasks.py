@@ -25,3 +25,25 @@ def reward(record: dict, completion: str) -> float:
     if task == "aime":
         return mod.score(completion, record["answer"])
     return float(mod.score(record, completion)["passed"])
+
+
+def rewards(records: list[dict], completions: list[str], *, workers: int = 2) -> list[float]:
+    """`reward` of each pair, in order; code tasks are scored in parallel sandboxes.
+
+    For RL the code benchmarks stop at a problem's first failing test (the reward is pass/fail,
+    so the remaining tests cannot change it), which bounds the cost of a looping program.
+    """
+    out: list[float | None] = [None] * len(records)
+    code: dict[str, list[int]] = {}
+    for i, (rec, comp) in enumerate(zip(records, completions)):
+        if rec.get("task") == "aime":
+            out[i] = reward(rec, comp)
+        else:
+            module(rec.get("task"))  # unknown task names fail here, by name
+            code.setdefault(rec["task"], []).append(i)
+    for task, idx in code.items():
+        res = module(task).score_many([records[i] for i in idx], [completions[i] for i in idx],
+                                      workers=workers, stop_at_first_failure=True)
+        for i, r in zip(idx, res):
+            out[i] = float(r["passed"])
+    return out  # type: ignore[return-value]

@@ -131,6 +131,7 @@ class RLConfig:
     old_logprobs: str = _help("recompute", "old-policy log-probs: 'recompute' (a no-grad pass of "
                               "the trainer over the rollouts) or 'rollout' (the engine's own "
                               "sampled log-probs; skips that pass)")
+    reward_workers: int = _help(2, "parallel sandboxes scoring code-task rewards")
     ckpt_every: int = _help(10, "steps between checkpoints (the last step is always saved)")
     resume: bool = _help(True, "continue from the latest complete checkpoint in out_dir if any")
     max_consecutive_nonfinite: int = _help(3, "stop after this many non-finite updates in a row")
@@ -294,13 +295,41 @@ class AimeDataConfig:
 
 
 @dataclass
+class CodeDataConfig:
+    """Generated code problems (LiveCodeBench-style `lcb` or CodeForces-style `cf`). Each split is
+    drawn from a finite problem space (about 1,200 train and 140 test problems over all
+    templates); asking for more than exists is an error naming the count."""
+
+    sft_n: int = _help(1000, "worked problems for SFT (train split)")
+    rl_n: int = _help(1000, "RL prompts (train split; may overlap the SFT problems)")
+    test_n: int = _help(100, "held-out problems (test split)")
+    templates: list[str] = _help([], "generator templates to draw from (empty: all of them)")
+    max_rating: int = _help(3500, "cf only: leave out templates rated above this")
+
+    def __post_init__(self):
+        for name in ("sft_n", "rl_n", "test_n"):
+            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        _check(self.max_rating >= 800, "max_rating", f"must be >= 800, got {self.max_rating}")
+
+
+DATA_TASKS = ("aime", "lcb", "cf")
+
+
+@dataclass
 class DataGenConfig:
     """Procedurally generated task data (train / RL / held-out test splits, disjoint)."""
 
     out_dir: str = _help("results/default/data", "where the JSONL files are written")
     seed: int = _help(0, "generator seed")
     test_fraction: float = _help(0.1, "share of the problem space reserved for the test split")
+    tasks: list[str] = _help(["aime"], "tasks to generate, any of aime, lcb, cf: files "
+                             "<task>_sft.jsonl, <task>_rl.jsonl and <task>_test.jsonl each")
     aime: AimeDataConfig = _help(AimeDataConfig(), "AIME-style math")
+    lcb: CodeDataConfig = _help(CodeDataConfig(), "LiveCodeBench-style code (evaluators.livecodebench)")
+    cf: CodeDataConfig = _help(CodeDataConfig(), "CodeForces-style code (evaluators.codeforces)")
 
     def __post_init__(self):
         _check(0 < self.test_fraction < 1, "test_fraction", "must lie in (0, 1)")
+        _check(len(self.tasks) > 0, "tasks", f"is empty; list some of {list(DATA_TASKS)}")
+        for t in self.tasks:
+            _check(t in DATA_TASKS, "tasks", f"unknown task {t!r}; expected some of {list(DATA_TASKS)}")

@@ -93,7 +93,7 @@ class Trainer:
 
     # -- one rollout batch --------------------------------------------------------------------
     def rollout(self, step: int):
-        from evaluators.tasks import reward
+        from evaluators.tasks import rewards
 
         cfg = self.cfg
         recs = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
@@ -102,14 +102,15 @@ class Trainer:
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                                       seed=_step_seed(cfg.seed, step, 1),
                                       stop_token_ids=[self.tok.eos_token_id])
-        flat_p, flat_c, rewards = [], [], []
+        flat_r, flat_p, flat_c, texts = [], [], [], []
         for rec, p, group in zip(recs, prompts, groups):
             for c in group:
-                text = self.tok.decode(c.token_ids, skip_special_tokens=True)
+                flat_r.append(rec)
                 flat_p.append(p)
                 flat_c.append(c)
-                rewards.append(reward(rec, text))
-        return flat_p, flat_c, torch.tensor(rewards)
+                texts.append(self.tok.decode(c.token_ids, skip_special_tokens=True))
+        r = rewards(flat_r, texts, workers=cfg.reward_workers)
+        return flat_p, flat_c, torch.tensor(r)
 
     def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         self.state["old_logprob_passes"] += 1
