@@ -15,7 +15,6 @@ inputs always give the same interval) gives the confidence interval.
 
 from __future__ import annotations
 
-import math
 from typing import Iterable, Sequence
 
 import numpy as np

@@ -4,37 +4,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import torch
 
-from gspo.io import write_json
+from gspo.io import atomic_dir, write_json
 
 STATE = "trainer_state.pt"
 
 
 def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict) -> pathlib.Path:
     """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state) via a temp dir + rename."""
-    root = pathlib.Path(ckpt_root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
-    try:
+    final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
+    with atomic_dir(final) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         torch.save(state, tmp / STATE)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 
@@ -53,18 +42,10 @@ def latest_checkpoint(ckpt_root) -> pathlib.Path | None:
 
 def publish_model(src_dir, dest) -> None:
     """Copy a checkpoint's model files to `dest` atomically (the stage's final output)."""
-    dest = pathlib.Path(dest)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with atomic_dir(dest) as tmp:
         for f in pathlib.Path(src_dir).iterdir():
             if f.name != STATE:
                 shutil.copy2(f, tmp / f.name)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def git_commit() -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 
 
@@ -25,6 +27,26 @@ def atomic_write_text(path, text: str) -> None:
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(dest):
+    """Yield a temp folder beside `dest`; on success it replaces `dest` in one rename.
+
+    On any error the temp folder is removed, so `dest` is either the old complete folder, the new
+    complete folder, or absent: never half-written. Temp names start with '.'.
+    """
+    dest = pathlib.Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        yield tmp
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

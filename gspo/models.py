@@ -7,13 +7,12 @@ like a real checkpoint; the rest of the code never knows which scale it runs at.
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
 import string
-import tempfile
 
 import torch
+
+from gspo.io import atomic_dir
 
 # Characters the math and code tasks need: all printable ASCII plus newline and tab.
 CHARS: list[str] = sorted(set(string.printable) - set("\r\x0b\x0c"))
@@ -98,17 +97,9 @@ def build_tiny(preset: str, out_dir, seed: int = 0) -> pathlib.Path:
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

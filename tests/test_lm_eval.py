@@ -3,42 +3,13 @@
 import json
 
 import pytest
-import torch
 import yaml
 
 from evaluators import aime
 from evaluators import lm_eval_tasks as tasks
 from evaluators.lm_eval_tasks import utils as task_utils
 from pipeline import evaluate as ev
-
-
-def memorise(base_dir, out_dir, pairs, steps=80):
-    """The tiny model fine-tuned to answer each (prompt, completion) pair by heart (as in test_evaluate)."""
-    from gspo.models import load_model
-
-    model, tok = load_model(base_dir)
-    seqs = [(tok(p, add_special_tokens=False).input_ids,
-             tok(c, add_special_tokens=False).input_ids + [tok.eos_token_id]) for p, c in pairs]
-    L = max(len(a) + len(b) for a, b in seqs)
-    ids = torch.full((len(seqs), L), tok.pad_token_id)
-    labels = torch.full((len(seqs), L), -100)
-    mask = torch.zeros(len(seqs), L, dtype=torch.long)
-    for i, (a, b) in enumerate(seqs):
-        ids[i, :len(a) + len(b)] = torch.tensor(a + b)
-        labels[i, len(a):len(a) + len(b)] = torch.tensor(b)
-        mask[i, :len(a) + len(b)] = 1
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-        model.train()
-        for _ in range(steps):
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    return out_dir
+from toys import memorise
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """SFT and RL end to end on a toy problem set: resume, non-finite handling, one-switch methods."""
 
 import json
-import math
 import subprocess
 import sys
 

@@ -15,7 +15,6 @@ prompts and arguments give the same completions on CPU.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
