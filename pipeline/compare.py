@@ -22,6 +22,22 @@ from pipeline._cli import run
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def up_to_date(cfg) -> bool:
+    """A stage is skipped only when it finished with exactly this config and the same data."""
+    import json
+
+    from gspo.checkpoint import config_hash
+    from gspo.config import to_dict
+    from gspo.io import file_sha256
+
+    out = pathlib.Path(cfg.out_dir)
+    if not (out / "summary.json").exists() or not (out / "run_info.json").exists():
+        return False
+    info = json.loads((out / "run_info.json").read_text())
+    data = {s.path: file_sha256(s.path) for s in cfg.train_data}
+    return info.get("config_hash") == config_hash(to_dict(cfg)) and info.get("data_hashes") == data
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algorithms", default="gspo,grpo")
@@ -43,11 +59,10 @@ def main(argv=None):
     cdir = pathlib.Path(args.config_dir)
     data_cfg = load(DataGenConfig, cdir / "data.yaml")
     data_dir = pathlib.Path(data_cfg.out_dir)
-    if not (data_dir / "aime_test.jsonl").exists():
-        generate(data_cfg)
+    generate(data_cfg)   # seconds, deterministic: always in step with the config
     sft_cfg = load(SFTConfig, cdir / "sft.yaml")
     sft_model = pathlib.Path(sft_cfg.out_dir) / "model"
-    if not (sft_model / "config.json").exists():
+    if not up_to_date(sft_cfg):
         run_sft(sft_cfg)
     models = {"sft": sft_model}
     rl_dirs = {}
@@ -55,7 +70,7 @@ def main(argv=None):
         out = pathlib.Path(sft_cfg.out_dir).parent / "rl" / f"{alg}-{args.seed}"
         cfg = load(RLConfig, cdir / "rl.yaml",
                    [f"algorithm={alg}", f"seed={args.seed}", f"out_dir={out}", f"model={sft_model}"])
-        if not (out / "summary.json").exists():
+        if not up_to_date(cfg):
             run_rl(cfg)
         models[alg] = out / "model"
         rl_dirs[alg] = out
