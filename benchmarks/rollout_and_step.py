@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rl-steps", type=int, default=4)
+    ap.add_argument("--rl-steps", type=int, default=4, help="RL steps per mode")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -85,19 +85,33 @@ def main():
 
     data = work / "rl.jsonl"
     aime.write_jsonl(aime.generate(500, split="train", seed=1, difficulty=aime.Difficulty(3, 9)), data)
-    cfg = RLConfig(algorithm="gspo", model=str(path), out_dir=str(work / "rl"),
-                   train_data=[DataSource(str(data))], steps=args.rl_steps, ckpt_every=10**6,
-                   threads=args.threads)
-    Trainer(cfg).train()
-    rows = read_metrics(work / "rl" / "metrics.jsonl")[1:] or read_metrics(work / "rl" / "metrics.jsonl")
-    phases = {k: statistics.mean(r[f"time_{k}_s"] for r in rows)
-              for k in ("rollout", "old_logprob", "update")}
-    total = sum(phases.values())
-    print(f"\n== RL step (gspo, {cfg.prompts_per_step}x{cfg.group_size}, {cfg.minibatches} "
-          f"minibatches, mean of {len(rows)} steps after the first) ==")
-    for k, v in phases.items():
-        print(f"{k:12s} {v:7.3f} s  {100 * v / total:5.1f}%")
-    print(f"{'total':12s} {total:7.3f} s")
+    # The same run twice, step by step in alternation: old log-probs recomputed by the trainer vs
+    # taken from the engine (old_logprobs: rollout), so the saving is measured side by side.
+    trainers = {}
+    for mode in ("recompute", "rollout"):
+        cfg = RLConfig(algorithm="gspo", model=str(path), out_dir=str(work / f"rl-{mode}"),
+                       train_data=[DataSource(str(data))], steps=1, ckpt_every=10**6,
+                       threads=args.threads, old_logprobs=mode, resume=False)
+        trainers[mode] = cfg
+    for step in range(1, args.rl_steps + 1):
+        for mode, cfg in trainers.items():
+            cfg.steps, cfg.resume = step, True
+            Trainer(cfg).train()
+    step_time = {}
+    for mode, cfg in trainers.items():
+        rows = read_metrics(pathlib.Path(cfg.out_dir) / "metrics.jsonl")
+        rows = rows[1:] or rows
+        phases = {k: statistics.mean(r[f"time_{k}_s"] for r in rows)
+                  for k in ("rollout", "old_logprob", "update")}
+        total = step_time[mode] = sum(phases.values())
+        print(f"\n== RL step, old_logprobs={mode} (gspo, {cfg.prompts_per_step}x{cfg.group_size}, "
+              f"{cfg.minibatches} minibatches, mean of {len(rows)} steps after the first) ==")
+        for k, v in phases.items():
+            print(f"{k:12s} {v:7.3f} s  {100 * v / total:5.1f}%")
+        print(f"{'total':12s} {total:7.3f} s")
+    saving = 1 - step_time["rollout"] / step_time["recompute"]
+    print(f"\nold_logprobs=rollout vs recompute: step time x{step_time['rollout'] / step_time['recompute']:.2f}"
+          f" ({100 * saving:.1f}% saved)")
 
 
 if __name__ == "__main__":
