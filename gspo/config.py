@@ -131,6 +131,20 @@ class RLConfig:
     old_logprobs: str = _help("recompute", "old-policy log-probs: 'recompute' (a no-grad pass of "
                               "the trainer over the rollouts) or 'rollout' (the engine's own "
                               "sampled log-probs; skips that pass)")
+    routing_replay: bool = _help(False, "MoE only (Routing Replay): when computing the current "
+                                 "policy's log-probs, route each token to the experts the old "
+                                 "policy's routers picked (recorded in the old-log-prob pass); the "
+                                 "router weights of those experts are still the current router's, "
+                                 "so it keeps learning. Needs old_logprobs: recompute; true on a "
+                                 "dense model is an error")
+    router_aux_loss_coef: float = _help(0.0, "MoE only: add this times the load-balancing loss "
+                                        "(transformers' load_balancing_loss_func, padding masked) "
+                                        "to each update's loss. 0: off, as in the paper's RL; the "
+                                        "model config's own router_aux_loss_coef is not used in RL. "
+                                        "> 0 on a dense model is an error")
+    moe_metrics: bool = _help(True, "MoE only: after each step's updates, one extra no-grad pass "
+                              "over the rollout batch logs expert-activation volatility, load "
+                              "balance and the aux loss (moe/* metrics); ignored for dense models")
     reward_workers: int = _help(2, "parallel sandboxes scoring code-task rewards")
     ckpt_every: int = _help(10, "steps between checkpoints (the last step is always saved)")
     resume: bool = _help(True, "continue from the latest complete checkpoint in out_dir if any")
@@ -170,6 +184,11 @@ class RLConfig:
         _check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",
                "'rollout' needs top_p: 1.0 (with a nucleus the engine's log-probs are of the "
                "truncated distribution, not the policy's)")
+        _check(not self.routing_replay or self.old_logprobs == "recompute", "routing_replay",
+               "needs old_logprobs: recompute (the old policy's routing is recorded in that pass; "
+               "the engine's routed experts are not available)")
+        _check(self.router_aux_loss_coef >= 0, "router_aux_loss_coef",
+               f"must be >= 0, got {self.router_aux_loss_coef}")
 
     @property
     def level(self) -> str:
@@ -316,6 +335,29 @@ DATA_TASKS = ("aime", "lcb", "cf")
 
 
 @dataclass
+class TaskFiles:
+    """Real data for one task instead of generated problems: each split that names a source is
+    read with the benchmark's own loader (evaluators.<task>.load: a local .json/.jsonl/.parquet
+    file or a Hugging Face hub name) and written in the project's record layout; an empty split
+    is generated as usual."""
+
+    sft: str = _help("", "worked problems for SFT (records need a solution; empty: generated)")
+    rl: str = _help("", "RL prompts (empty: generated)")
+    test: str = _help("", "held-out evaluation problems (empty: generated)")
+    limit: int = _help(0, "keep at most this many records of each loaded file (0: all)")
+
+    def __post_init__(self):
+        _check(self.limit >= 0, "limit", f"must be >= 0, got {self.limit}")
+
+
+@dataclass
+class DataFiles:
+    aime: TaskFiles = _help(TaskFiles(), "real AIME-style data (evaluators.aime.load)")
+    lcb: TaskFiles = _help(TaskFiles(), "real LiveCodeBench data (evaluators.livecodebench.load)")
+    cf: TaskFiles = _help(TaskFiles(), "real CodeForces data (evaluators.codeforces.load)")
+
+
+@dataclass
 class DataGenConfig:
     """Procedurally generated task data (train / RL / held-out test splits, disjoint)."""
 
@@ -327,6 +369,7 @@ class DataGenConfig:
     aime: AimeDataConfig = _help(AimeDataConfig(), "AIME-style math")
     lcb: CodeDataConfig = _help(CodeDataConfig(), "LiveCodeBench-style code (evaluators.livecodebench)")
     cf: CodeDataConfig = _help(CodeDataConfig(), "CodeForces-style code (evaluators.codeforces)")
+    files: DataFiles = _help(DataFiles(), "real data files replacing generated splits, per task")
 
     def __post_init__(self):
         _check(0 < self.test_fraction < 1, "test_fraction", "must lie in (0, 1)")

@@ -16,7 +16,7 @@ from gspo.data import Mix, pad_batch, sequence_logprobs
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
 from gspo.models import PRESETS, build_tiny, load_model
-from gspo.tracking import MetricsLog
+from gspo.tracking import MetricsLog, stage_run
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
@@ -63,6 +63,12 @@ def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int) 
 
 
 def run_sft(cfg: SFTConfig) -> pathlib.Path:
+    # MLflow run (when MLFLOW_TRACKING_URI is set), status FINISHED / FAILED / KILLED.
+    with stage_run("sft", cfg.out_dir, commit="immediate"):
+        return _run_sft(cfg)
+
+
+def _run_sft(cfg: SFTConfig) -> pathlib.Path:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = pathlib.Path(cfg.out_dir)

@@ -20,7 +20,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from gspo import objectives
+from gspo import moe, objectives
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, save_checkpoint,
                              write_run_info, STATE)
 from gspo.config import RLConfig, to_dict
@@ -30,7 +30,7 @@ from gspo.io import write_json
 from gspo.models import load_model
 from gspo.rollout import make_engine
 from gspo.sft import encoder
-from gspo.tracking import MetricsLog
+from gspo.tracking import MetricsLog, stage_run
 
 
 class TrainingError(RuntimeError):
@@ -58,9 +58,14 @@ class Trainer:
         self.state = {"compute_flops": 0.0, "tokens_generated": 0, "tokens_trained": 0,
                       "nonfinite_skips": 0, "old_logprob_passes": 0, "wall_s": 0.0}
         resume_from = latest_checkpoint(self.ckpt_root) if cfg.resume else None
+        if resume_from is not None:
+            _check_same_run(self.out / "run_info.json", to_dict(cfg))
         src = resume_from if resume_from is not None else cfg.model
         self.policy, self.tok = load_model(src)
         self.policy.to(cfg.device)
+        moe.validate(cfg, self.policy)   # MoE-only options on a dense model: a ConfigError
+        self.is_moe = moe.is_moe(self.policy)
+        self.old_routing = None          # MoE: the old policy's top-k experts (moe.Routing)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
         if resume_from is not None:
@@ -115,8 +120,12 @@ class Trainer:
     def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         self.state["old_logprob_passes"] += 1
         self.policy.eval()
-        with torch.no_grad():
+        # MoE: record every router's top-k experts, (B, T, k) per layer, for Routing Replay and
+        # the volatility metric (gspo.moe); nothing is hooked on a dense model.
+        record = self.is_moe and (self.cfg.routing_replay or self.cfg.moe_metrics)
+        with torch.no_grad(), moe.routing_hooks(self.policy, record=record) as hooks:
             logp, ent = self._chunked(batch, with_entropy=True)
+        self.old_routing = hooks.routing()
         return logp, ent
 
     def _chunked(self, batch, with_entropy=False):
@@ -157,12 +166,23 @@ class Trainer:
                 for j in range(0, len(mb), mbs):
                     idx = mb[j:j + mbs]
                     sub = {k: v[idx] for k, v in batch.items()}
-                    logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature,
-                                                  with_entropy=True)
-                    if not per_mb and not skipped:   # still on-policy: the first minibatch
+                    on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
+                    # MoE: replay the old routing of these rows; in 'rollout' mode record the
+                    # on-policy minibatch's routing as the old one (for the volatility metric).
+                    with moe.routing_hooks(
+                            self.policy,
+                            replay=self.old_routing.rows(idx) if cfg.routing_replay else None,
+                            record=(self.is_moe and on_policy and cfg.moe_metrics
+                                    and cfg.old_logprobs == "rollout"),
+                            keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks:
+                        logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature,
+                                                      with_entropy=True)
+                    if on_policy:
                         first.setdefault("idx", []).append(idx)
                         first.setdefault("logp", []).append(logp.detach())
                         first.setdefault("entropy", []).append(ent.detach())
+                        if hooks.record:
+                            first.setdefault("routing", []).append(hooks.routing())
                     ref_logp = None
                     if self.ref is not None:
                         with torch.no_grad():
@@ -172,6 +192,10 @@ class Trainer:
                         eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
                         log_ratio_clamp=cfg.log_ratio_clamp, ref_logp=ref_logp,
                         kl_coef=cfg.kl_coef)
+                    if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
+                        aux = hooks.aux_loss(sub["attention_mask"])
+                        loss = loss + cfg.router_aux_loss_coef * aux
+                        m["moe/aux_loss_train"] = aux.item()
                     # Weight micro-batches so their sum equals the minibatch's own aggregate.
                     w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
                          else torch.tensor(len(idx) / len(mb)))
@@ -199,7 +223,10 @@ class Trainer:
                 rec["loss"] = loss_sum
                 rec["grad_norm"] = float(gnorm)
                 per_mb.append(rec)
+        routing = first.pop("routing", None)
         first = {k: torch.cat(v) for k, v in first.items()}
+        if routing:
+            first["routing"] = moe.Routing.cat(routing)
         if not per_mb:
             return {}, skipped, first
         out = {}
@@ -238,6 +265,13 @@ class Trainer:
             upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
             self.engine.update_weights(self.policy.state_dict())
             t3 = time.perf_counter()
+            moe_rec = self.moe_step_metrics(batch, first) if self.is_moe and cfg.moe_metrics else {}
+            if self.old_routing is not None:
+                moe_rec["moe/routing_cache_bytes"] = self.old_routing.nbytes
+                self.old_routing = None
+            t4 = time.perf_counter()
+            if self.is_moe:
+                moe_rec["time_moe_s"] = t4 - t3
             if entropy is None:   # rollout mode: the on-policy minibatch's forward pass
                 idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
                 ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
@@ -249,11 +283,12 @@ class Trainer:
 
             lengths = batch["attention_mask"].sum(1).tolist()
             f = self.flops.forward(lengths)
-            self.state["compute_flops"] += f * (2 + 3 * cfg.epochs)
+            extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
+            self.state["compute_flops"] += f * (2 + 3 * cfg.epochs + extra)
             resp_len = mask.sum(1)
             self.state["tokens_generated"] += int(resp_len.sum())
             self.state["tokens_trained"] += int(resp_len.sum()) * cfg.epochs
-            self.state["wall_s"] += t3 - t0
+            self.state["wall_s"] += t4 - t0
             rec = {
                 "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
@@ -268,6 +303,7 @@ class Trainer:
                 "logprob_gap_seq_max": seq_gap.max().item(),
                 "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
                 **{k: v for k, v in upd.items()},
+                **moe_rec,
                 **{k: v for k, v in self.state.items()},
             }
             self.log.log(step + 1, rec)
@@ -275,11 +311,30 @@ class Trainer:
                             clip=f"{rec.get('clip_frac_tokens', 0):.3f}")
             if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
                 self.checkpoint(step + 1)
+        getattr(self.engine, "close", lambda: None)()   # vLLM holds processes and memory
         final = latest_checkpoint(self.ckpt_root)
         publish_model(final, self.out / "model")
         write_json(self.out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
                                                **self.state})
         return self.out / "model"
+
+    def moe_step_metrics(self, batch, first) -> dict:
+        """MoE, after the step's updates: one no-grad pass of the updated policy over the rollout
+        batch with recording on. Its routing against the old policy's (the old-log-prob pass, or
+        in 'rollout' mode the on-policy first minibatch's rows) gives moe/volatility; plus load
+        balance over the real tokens and the aux (load-balancing) loss value."""
+        self.policy.eval()
+        with torch.no_grad(), moe.routing_hooks(self.policy, record=True, keep_logits=True) as h:
+            self._chunked(batch)
+        new = h.routing()
+        rec = moe.load_balance(new, batch["attention_mask"])
+        rec["moe/aux_loss"] = float(h.aux_loss(batch["attention_mask"]))
+        old, rows = self.old_routing, slice(None)
+        if old is None and "routing" in first:
+            old, rows = first["routing"], first["idx"]
+        if old is not None:
+            rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
+        return rec
 
     def checkpoint(self, step: int) -> pathlib.Path:
         return save_checkpoint(self.ckpt_root, step, self.policy, self.tok,
@@ -287,5 +342,24 @@ class Trainer:
                                 "counters": dict(self.state)})
 
 
+def _check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
+    """Refuse to resume checkpoints that another config produced (only `steps` may grow)."""
+    import json
+
+    if not info_path.exists():
+        return
+    old = json.loads(info_path.read_text()).get("config", {})
+    free = {"steps", "resume", "threads", "out_dir"}
+    # A field the older run did not have yet counts as unchanged (it ran with the default).
+    diff = sorted(k for k in set(old) & set(cfg_dict) if k not in free and old[k] != cfg_dict[k])
+    if diff:
+        raise TrainingError(
+            f"{info_path.parent}: its checkpoints come from a different config (field "
+            f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false")
+
+
 def run_rl(cfg: RLConfig) -> pathlib.Path:
-    return Trainer(cfg).train()
+    # MLflow run (when MLFLOW_TRACKING_URI is set): metrics sent as checkpoints cover them,
+    # status FINISHED / FAILED / KILLED (gspo.tracking).
+    with stage_run("rl", cfg.out_dir, commit="checkpoint"):
+        return Trainer(cfg).train()

@@ -178,3 +178,10 @@ def test_a_bfloat16_rollout_engine_shows_a_visible_logprob_gap(data, sft_model, 
                               rollout=RolloutConfig(dtype="bfloat16")))
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert row["logprob_gap_token_mean"] > 1e-3
+
+
+def test_resuming_checkpoints_of_a_different_config_is_refused(data, sft_model, tmp_path):
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2))
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=3))   # extending a run is fine
+    with pytest.raises(trainer_mod.TrainingError, match="field 'lr' differs"):
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, lr=5e-4))
