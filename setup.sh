@@ -6,12 +6,17 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 
-# System tools: bubblewrap isolates generated code (evaluators/sandbox.py).
-if ! command -v bwrap >/dev/null 2>&1; then
+# System tools: bubblewrap isolates generated code (evaluators/sandbox.py); headless Chromium
+# and chromedriver load the MLflow UI in its browser test (tests/test_mlflow_ui.py).
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "setup: bubblewrap (bwrap) is missing; install it (apt-get install bubblewrap) for the code benchmarks" >&2
+    echo "setup: missing system packages: ${missing[*]} (apt-get install them: bubblewrap for the code benchmarks, chromium + chromium-driver for the MLflow UI test)" >&2
   fi
 fi
 

@@ -1,10 +1,16 @@
-"""Stage: generate the task data. `python -m pipeline.data --config FILE`."""
+"""Stage: generate the task data. `python -m pipeline.data --config FILE`.
+
+For every task in `cfg.tasks` (aime, lcb, cf) writes `<out_dir>/<task>_sft.jsonl` (worked problems
+for SFT, train split), `<task>_rl.jsonl` (RL prompts, train split) and `<task>_test.jsonl` (the
+held-out evaluation set, test split). Splits are disjoint by construction (each generator decides
+a problem's split by a hash of its text); everything is deterministic in `cfg.seed`.
+"""
 
 from __future__ import annotations
 
 import pathlib
 
-from evaluators import aime
+from evaluators import aime, codeforces, livecodebench
 from gspo.config import DataGenConfig
 from pipeline._cli import parse_config, run
 
@@ -28,14 +34,51 @@ def aime_set(n: int, steps: list[int], *, split: str, seed: int, cfg: DataGenCon
     return recs
 
 
+def code_set(task: str, n: int, *, split: str, seed: int, cfg: DataGenConfig) -> list[dict]:
+    """`n` generated problems of the code benchmark `task` ('lcb' or 'cf')."""
+    c = getattr(cfg, task)
+    templates = c.templates or None
+    if task == "lcb":
+        return livecodebench.generate(n, split=split, seed=seed, templates=templates,
+                                      test_fraction=cfg.test_fraction)
+    return codeforces.generate(n, split=split, seed=seed, templates=templates,
+                               max_rating=c.max_rating, test_fraction=cfg.test_fraction)
+
+
+def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
+    """The generated records of `task` ('aime', 'lcb', 'cf') for `part` ('sft', 'rl', 'test')."""
+    split = "test" if part == "test" else "train"
+    seed = cfg.seed + (1 if part == "rl" else 0)
+    if task == "aime":
+        a = cfg.aime
+        n, steps = {"sft": (a.sft_n, a.sft_steps), "rl": (a.rl_n, a.rl_steps),
+                    "test": (a.test_n, a.test_steps)}[part]
+        return aime_set(n, steps, split=split, seed=seed, cfg=cfg)
+    n = getattr(getattr(cfg, task), f"{part}_n")
+    return code_set(task, n, split=split, seed=seed, cfg=cfg)
+
+
+def loaded(task: str, source: str, limit: int) -> list[dict]:
+    """Real records of `task` from `source` through the benchmark's own loader."""
+    from evaluators.tasks import module
+
+    recs = module(task).load(source, limit=limit or None)
+    if not recs:
+        from gspo.io import DataError
+
+        raise DataError(f"{source}: no {task} records")
+    return recs
+
+
 def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
     out = pathlib.Path(cfg.out_dir)
-    a = cfg.aime
-    files = {
-        "aime_sft": aime_set(a.sft_n, a.sft_steps, split="train", seed=cfg.seed, cfg=cfg),
-        "aime_rl": aime_set(a.rl_n, a.rl_steps, split="train", seed=cfg.seed + 1, cfg=cfg),
-        "aime_test": aime_set(a.test_n, a.test_steps, split="test", seed=cfg.seed, cfg=cfg),
-    }
+    files = {}
+    for task in cfg.tasks:
+        real = getattr(cfg.files, task)
+        for part in ("sft", "rl", "test"):
+            source = getattr(real, part)
+            files[f"{task}_{part}"] = (loaded(task, source, real.limit) if source
+                                       else generated(task, part, cfg))
     paths = {}
     for name, recs in files.items():
         paths[name] = out / f"{name}.jsonl"

@@ -1,0 +1,491 @@
+"""The comparison report, built from an MLflow store alone.
+
+    python -m pipeline.report --experiment NAME [--tracking-uri URI] [--out DIR]
+
+writes DIR (default results/<experiment>/report/):
+
+- score_vs_compute.png: each benchmark's pass@1 (mean over samples per problem, mean over
+  problems) against cumulative RL training compute in FLOPs (gspo.flops: generation, old
+  log-prob pass and updates; the SFT compute every run shares is left out, so the SFT model is
+  x = 0). One curve per algorithm: the mean over seeds, with a band from the lowest to the highest
+  seed;
+- reward_vs_compute.png: the training reward (mean over each rollout batch, moving mean over
+  `collapse.window` steps) against compute, mean over seeds with the same band;
+- clip_fraction.png: the fraction of response tokens whose gradient the clip removed, per step
+  and per algorithm (log scale), and its mean per algorithm with the GSPO/GRPO ratio;
+- final_scores.csv: per algorithm and benchmark, pass@1 at the largest budget: the mean over
+  seeds with a bootstrap confidence interval over problems (each problem's score averaged over
+  seeds first, so the interval reflects problem sampling; the seed range is given beside it),
+  and the SFT model's score as the baseline;
+- stability.csv: per run, best and final smoothed reward and whether it collapsed (the rule
+  below), its MLflow status and skipped non-finite updates;
+- index.html: all of the above with the provenance: the command, config, seeds, git commit,
+  package versions and data hashes the runs were made with.
+
+Collapse rule: with r_t the training reward smoothed by a trailing moving mean over `window`
+steps and best = max_t r_t, a run has collapsed when best >= `min_best` and every r_t of the last
+`tail` fraction of its steps is below `ratio` x best (defaults 5, 0.2, 0.5, 0.05: the reward fell
+to under half its best and stayed there for the final fifth of the run). Runs shorter than
+2 x `window` steps are never flagged (too short to tell).
+
+Where the numbers come from: the RL runs' metric histories (reward_mean, clip_frac_tokens,
+compute_flops, eval/<bench>/pass_at_1 at each checkpoint's step) and the eval runs' results.jsonl
+artifacts; see pipeline.aggregate. The report is logged back to MLflow as the artifacts of a run
+tagged stage=report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import io
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+
+COLORS = {"grpo": "#d62728", "gspo": "#1f77b4", "gspo_token": "#2ca02c", "sft": "#555555"}
+BENCH_NAMES = {"aime": "AIME-style math", "lcb": "LiveCodeBench-style", "cf": "CodeForces-style"}
+DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
+            "collapse": {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}}
+
+
+# -- the numbers ------------------------------------------------------------------------------------
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving mean (the first points average what exists so far)."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def collapse_check(rewards: list[float], *, window: int, ratio: float, tail: float,
+                   min_best: float) -> dict:
+    """The collapse rule of the module doc on one run's per-step rewards."""
+    if not rewards:
+        return {"best": None, "final": None, "collapsed": False}
+    r = smooth(rewards, window)
+    best = max(r)
+    n_tail = max(1, math.ceil(tail * len(r)))
+    collapsed = (len(r) >= 2 * window and best >= min_best
+                 and all(v < ratio * best for v in r[-n_tail:]))
+    return {"best": best, "final": r[-1], "best_step": r.index(best) + 1, "collapsed": collapsed}
+
+
+def _by_alg(runs):
+    out: dict[str, list] = {}
+    for r in runs:
+        out.setdefault(r["algorithm"], []).append(r)
+    return out
+
+
+def curve_over_seeds(runs, key: str, window: int = 1):
+    """[(x=mean compute at step, mean, low, high)] over the steps every run has."""
+    per_run = []
+    for run in runs:
+        hist = run["train"].get(key, [])
+        vals = smooth([v for _, v in hist], window) if window > 1 else [v for _, v in hist]
+        per_run.append(dict(zip([s for s, _ in hist], vals)))
+    comp = [dict(run["train"].get("compute_flops", [])) for run in runs]
+    steps = sorted(set.intersection(*[set(p) for p in per_run])) if per_run else []
+    out = []
+    for s in steps:
+        ys = [p[s] for p in per_run]
+        xs = [c.get(s, float("nan")) for c in comp]
+        out.append((statistics.mean(xs), statistics.mean(ys), min(ys), max(ys)))
+    return out
+
+
+def eval_curve(runs, bench: str):
+    """[(x=mean compute, mean pass@1, low seed, high seed, step)] at the steps every run has."""
+    per_run, comp = [], []
+    for run in runs:
+        h = run["eval"].get(bench, {}).get("pass_at_1", [])
+        per_run.append(dict(h))
+        c = dict(run["train"].get("compute_flops", []))
+        c.setdefault(0, 0.0)
+        comp.append(c)
+    if not per_run or not all(per_run):
+        return []
+    steps = sorted(set.intersection(*[set(p) for p in per_run]))
+    out = []
+    for s in steps:
+        ys = [p[s] for p in per_run]
+        xs = [c.get(s, float("nan")) for c in comp]
+        out.append((statistics.mean(xs), statistics.mean(ys), min(ys), max(ys), s))
+    return out
+
+
+def mean_clip(runs, key: str = "clip_frac_tokens") -> float | None:
+    vals = [v for run in runs for _, v in run["train"].get(key, [])]
+    return statistics.mean(vals) if vals else None
+
+
+def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
+    """Per algorithm (and the SFT model) and benchmark: pass@1 at the largest budget."""
+    from evaluators.metrics import bootstrap_ci
+
+    rows = []
+    evals = data["evals"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    last_budget = max((e["budget"] for e in evals if e["algorithm"] != "sft"), default=None)
+    for e in evals:
+        if e["algorithm"] == "sft" or e["budget"] == last_budget:
+            groups.setdefault((e["algorithm"], e["benchmark"]), []).append(e)
+    base: dict[str, dict] = {}
+    order = ["sft"] + sorted({a for a, _ in groups if a != "sft"})
+    for alg in order:
+        for bench in BENCHMARKS_ORDER:
+            es = sorted(groups.get((alg, bench), []), key=lambda e: e["seed"])
+            if not es:
+                continue
+            per_seed = [e["pass_at_1"] for e in es]
+            probs = [e.get("problems") or {} for e in es]
+            common = sorted(set.intersection(*[set(p) for p in probs])) if all(probs) else []
+            if common:
+                per_problem = [statistics.mean(p[i] for p in probs) for i in common]
+                lo, hi = bootstrap_ci(per_problem, iters=iters, confidence=confidence, seed=0)
+                mean = statistics.mean(per_problem)
+            else:   # no per-problem artifacts: the mean of the seeds' own intervals
+                mean = statistics.mean(per_seed)
+                lo = statistics.mean(e["ci_low"] for e in es)
+                hi = statistics.mean(e["ci_high"] for e in es)
+            row = {"algorithm": alg, "benchmark": bench, "budget": 0 if alg == "sft" else last_budget,
+                   "step": es[0]["step"], "seeds": len(es), "pass_at_1": mean, "ci_low": lo,
+                   "ci_high": hi, "seed_min": min(per_seed), "seed_max": max(per_seed),
+                   "per_seed": per_seed, "n_problems": len(common) or es[0].get("n_problems"),
+                   "_problems": dict(zip(common, per_problem)) if common else {}}
+            if alg == "sft":
+                base[bench] = row
+            elif bench in base and row["_problems"] and base[bench]["_problems"]:
+                ids = sorted(set(row["_problems"]) & set(base[bench]["_problems"]))
+                diff = [row["_problems"][i] - base[bench]["_problems"][i] for i in ids]
+                if diff:
+                    dlo, dhi = bootstrap_ci(diff, iters=iters, confidence=confidence, seed=0)
+                    row.update(vs_sft=statistics.mean(diff), vs_sft_ci_low=dlo, vs_sft_ci_high=dhi)
+            rows.append(row)
+    return rows
+
+
+BENCHMARKS_ORDER = ("aime", "lcb", "cf")
+
+
+def stability(data: dict, rule: dict) -> list[dict]:
+    out = []
+    for run in data["rl"]:
+        rewards = [v for _, v in run["train"].get("reward_mean", [])]
+        c = collapse_check(rewards, **rule)
+        skipped = sum(v for _, v in run["train"].get("skipped_updates", []))
+        out.append({"algorithm": run["algorithm"], "seed": run["seed"], "status": run["status"],
+                    "steps": len(rewards), "best_smoothed_reward": c["best"],
+                    "best_step": c.get("best_step"), "final_smoothed_reward": c["final"],
+                    "collapsed": c["collapsed"], "skipped_updates": skipped,
+                    "run_id": run["run_id"]})
+    return out
+
+
+# -- figures ---------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "font.size": 9,
+                         "svg.hashsalt": "gspo", "path.simplify": False})
+    return plt
+
+
+def _save(fig, path: pathlib.Path):
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def fig_score(data: dict, benches: list[str], path: pathlib.Path):
+    plt = _plt()
+    fig, axes = plt.subplots(1, max(1, len(benches)), figsize=(4.2 * max(1, len(benches)), 3.4),
+                             squeeze=False)
+    for ax, bench in zip(axes[0], benches):
+        for alg, runs in sorted(_by_alg(data["rl"]).items()):
+            cur = eval_curve(runs, bench)
+            if not cur:
+                continue
+            xs, ys, lo, hi, _ = zip(*cur)
+            col = COLORS.get(alg)
+            ax.plot(xs, ys, "o-", color=col, label=f"{alg} (n={len(runs)})")
+            ax.fill_between(xs, lo, hi, color=col, alpha=0.18, linewidth=0)
+        ax.set_title(BENCH_NAMES.get(bench, bench))
+        ax.set_xlabel("RL training compute (FLOPs)")
+        ax.set_ylabel("pass@1")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def fig_reward(data: dict, window: int, path: pathlib.Path):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for alg, runs in sorted(_by_alg(data["rl"]).items()):
+        cur = curve_over_seeds(runs, "reward_mean", window)
+        if not cur:
+            continue
+        xs, ys, lo, hi = zip(*cur)
+        col = COLORS.get(alg)
+        ax.plot(xs, ys, "-", color=col, label=f"{alg} (n={len(runs)})")
+        ax.fill_between(xs, lo, hi, color=col, alpha=0.18, linewidth=0)
+    ax.set_xlabel("RL training compute (FLOPs)")
+    ax.set_ylabel(f"training reward (moving mean, {window} steps)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def fig_clip(data: dict, clips: dict, path: pathlib.Path):
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for alg, runs in sorted(_by_alg(data["rl"]).items()):
+        cur = curve_over_seeds(runs, "clip_frac_tokens")
+        if cur:
+            steps = list(range(1, len(cur) + 1))
+            a1.plot(steps, [max(y, 1e-6) for _, y, _, _ in cur], "-", color=COLORS.get(alg),
+                    label=alg)
+    a1.set_yscale("log")
+    a1.set_xlabel("RL step")
+    a1.set_ylabel("clipped token fraction (mean over seeds)")
+    a1.grid(alpha=0.3)
+    a1.legend(fontsize=8)
+    algs = sorted(clips)
+    a2.bar(algs, [clips[a] or 0 for a in algs], color=[COLORS.get(a, "#888") for a in algs])
+    a2.set_ylabel("mean clipped token fraction")
+    if "grpo" in clips and clips["grpo"]:
+        for i, a in enumerate(algs):
+            if a != "grpo" and clips[a] is not None:
+                a2.annotate(f"{clips[a] / clips['grpo']:.0f}x GRPO", (i, clips[a]),
+                            ha="center", va="bottom", fontsize=8)
+    a2.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+
+
+# -- html ------------------------------------------------------------------------------------------
+
+def _fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return html.escape(str(v))
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>"
+                   for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _provenance(data: dict, workflow_yaml: str | None) -> dict:
+    tags = [r["tags"] for r in data["rl"] + data["sft"]]
+    def uniq(key):
+        return sorted({t[key] for t in tags if t.get(key)})
+    versions = sorted({f"{k[len('version.'):]} {v}" for t in tags for k, v in t.items()
+                       if k.startswith("version.")})
+    data_hashes = sorted({f"{k[len('data_hash.'):]}: {v}" for t in tags for k, v in t.items()
+                          if k.startswith("data_hash.")})
+    return {"workflow_command": uniq("workflow_command"), "git_commit": uniq("git_commit"),
+            "seeds": sorted({r["seed"] for r in data["rl"]}), "versions": versions,
+            "data_hashes": data_hashes, "stage_commands": uniq("command"),
+            "workflow_config": workflow_yaml}
+
+
+def _workflow_yaml(data: dict) -> str | None:
+    """The master config the aggregate run attached, if any."""
+    from gspo import tracking
+    from pipeline.aggregate import _runs
+
+    cl = tracking.client(data["tracking_uri"])
+    for run in _runs(cl, data["experiment_id"], "aggregate"):
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                p = tracking.retry(cl.download_artifacts, run.info.run_id, "workflow.yaml", tmp)
+                return pathlib.Path(p).read_text()
+            except Exception:  # noqa: BLE001
+                continue
+    return None
+
+
+def build(experiment: str, out: pathlib.Path, *, uri: str | None = None,
+          settings: dict | None = None, log_to_mlflow: bool = True) -> dict:
+    """Build the report of `experiment` into `out`; returns its headline numbers."""
+    from gspo.io import atomic_write_text, write_json
+    from pipeline.aggregate import collect
+
+    s = {**DEFAULTS, **(settings or {})}
+    rule = {**DEFAULTS["collapse"], **(s.get("collapse") or {})}
+    data = collect(experiment, uri)
+    if not data["rl"]:
+        raise SystemExit(f"error: experiment {experiment!r} has no RL runs (tag stage=rl)")
+    out.mkdir(parents=True, exist_ok=True)
+    benches = [b for b in BENCHMARKS_ORDER if any(b in r["eval"] for r in data["rl"])]
+    by_alg = _by_alg(data["rl"])
+    clips = {a: mean_clip(runs) for a, runs in by_alg.items()}
+    clips_off = {a: mean_clip(runs, "clip_frac_tokens_offpolicy") for a, runs in by_alg.items()}
+    ratios = {f"{a}/grpo": clips[a] / clips["grpo"] for a in clips
+              if a != "grpo" and clips.get("grpo") and clips[a] is not None}
+
+    fig_score(data, benches, out / "score_vs_compute.png")
+    fig_reward(data, rule["window"], out / "reward_vs_compute.png")
+    fig_clip(data, clips, out / "clip_fraction.png")
+
+    table = final_scores(data, iters=s["bootstrap_iters"], confidence=s["confidence"])
+    tcols = ["algorithm", "benchmark", "budget", "step", "seeds", "pass_at_1", "ci_low", "ci_high",
+             "seed_min", "seed_max", "vs_sft", "vs_sft_ci_low", "vs_sft_ci_high", "n_problems"]
+    _write_csv(out / "final_scores.csv", table, tcols)
+    stab = stability(data, rule)
+    scols = ["algorithm", "seed", "status", "steps", "best_smoothed_reward", "best_step",
+             "final_smoothed_reward", "collapsed", "skipped_updates", "run_id"]
+    _write_csv(out / "stability.csv", stab, scols)
+
+    wyaml = _workflow_yaml(data)
+    prov = _provenance(data, wyaml)
+    headline = {"experiment": experiment, "tracking_uri": data["tracking_uri"],
+                "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
+                                 for r in table],
+                "clip_frac_tokens": clips, "clip_frac_tokens_offpolicy": clips_off,
+                "clip_ratio": ratios, "collapsed_runs": [f"{r['algorithm']}-seed{r['seed']}"
+                                                          for r in stab if r["collapsed"]],
+                "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
+                "rebuild_command": f"python -m pipeline.report --experiment {experiment}"}
+    write_json(out / "summary.json", headline)
+    atomic_write_text(out / "index.html", _html(experiment, data, table, tcols, stab, scols,
+                                                 clips, clips_off, ratios, prov, rule, benches))
+    if log_to_mlflow:
+        _log_report(data, out)
+    return headline
+
+
+def _write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
+    from gspo.io import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def _html(experiment, data, table, tcols, stab, scols, clips, clips_off, ratios, prov, rule,
+          benches) -> str:
+    esc = html.escape
+    ratio_txt = ", ".join(f"{k}: {v:.1f}x" for k, v in ratios.items()) or "-"
+    clip_rows = [{"algorithm": a, "clip_frac_tokens": clips[a],
+                  "clip_frac_tokens_offpolicy": clips_off.get(a)} for a in sorted(clips)]
+    cfg = prov.get("workflow_config")
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>gspo-bench report: {esc(experiment)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
+        "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}</style></head><body>",
+        f"<h1>GSPO vs GRPO: {esc(experiment)}</h1>",
+        f"<p>{len(data['rl'])} RL runs ({', '.join(sorted(_by_alg(data['rl'])))}; seeds "
+        f"{prov['seeds']}), benchmarks {', '.join(benches)}. Built from the MLflow store "
+        f"<code>{esc(data['tracking_uri'])}</code>, experiment id {esc(data['experiment_id'])}."
+        " Compute is cumulative RL training FLOPs (generation + old log-prob pass + updates; "
+        "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
+        "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
+        "<p>pass@1 = mean over samples and problems; curve = mean over seeds, band = lowest to "
+        "highest seed.</p>",
+        "<h2>Final scores</h2>",
+        "<p>pass@1 at the largest budget, mean over seeds, with a bootstrap interval over "
+        "problems (per-problem scores averaged over seeds); <code>vs_sft</code> is the paired "
+        "difference to the SFT model on the same problems.</p>",
+        _table(table, tcols),
+        "<h2>Training reward against compute</h2><img src='reward_vs_compute.png'>",
+        "<h2>Clipping</h2><img src='clip_fraction.png'>",
+        f"<p>Clip-fraction ratio (mean clipped-token fraction over all steps and seeds): "
+        f"<b>{esc(ratio_txt)}</b>.</p>",
+        _table(clip_rows, ["algorithm", "clip_frac_tokens", "clip_frac_tokens_offpolicy"]),
+        "<h2>Stability</h2>",
+        f"<p>Collapse rule: with the training reward smoothed by a trailing moving mean over "
+        f"{rule['window']} steps, a run has collapsed when its best smoothed reward is at least "
+        f"{rule['min_best']} and every smoothed value in the last {rule['tail']:.0%} of its steps "
+        f"is below {rule['ratio']} x that best (runs shorter than {2 * rule['window']} steps are not "
+        "judged). Runs that crashed show MLflow status FAILED, killed ones KILLED.</p>",
+        _table(stab, scols),
+        "<h2>Provenance</h2><ul>",
+        f"<li>Workflow command: <code>{esc('; '.join(prov['workflow_command']) or '-')}</code></li>",
+        f"<li>Rebuild this report: <code>python -m pipeline.report --experiment "
+        f"{esc(experiment)}</code> (with MLFLOW_TRACKING_URI={esc(data['tracking_uri'])})</li>",
+        f"<li>Seeds: {prov['seeds']}</li>",
+        f"<li>Git commit: {esc(', '.join(prov['git_commit']) or '-')}</li>",
+        f"<li>Versions: {esc(', '.join(prov['versions']) or '-')} | python "
+        f"{esc(sys.version.split()[0])} (report)</li>",
+        f"<li>Data (sha256): {esc('; '.join(prov['data_hashes']) or '-')}</li>",
+        "<li>Stage commands: <pre>" + esc("\n".join(prov["stage_commands"])) + "</pre></li></ul>",
+        "<h3>Config</h3>",
+        f"<pre>{esc(cfg)}</pre>" if cfg else
+        "<p>(no workflow config in the store; each run's resolved config is in its MLflow params)</p>",
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def _log_report(data: dict, out: pathlib.Path):
+    from gspo import tracking
+    from pipeline.aggregate import _runs
+
+    cl = tracking.client(data["tracking_uri"])
+    for old in _runs(cl, data["experiment_id"], "report"):
+        tracking.retry(cl.delete_run, old.info.run_id)
+    tags = {"stage": "report", "algorithm": "all"}
+    extra = os.environ.get("GSPO_MLFLOW_TAGS")
+    if extra:
+        tags.update({k: str(v) for k, v in json.loads(extra).items()})
+    run = tracking.retry(cl.create_run, data["experiment_id"], tags=tags, run_name="report")
+    tracking.retry(cl.log_artifacts, run.info.run_id, str(out), "report")
+    tracking.retry(cl.set_terminated, run.info.run_id, "FINISHED")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--experiment", required=True, help="MLflow experiment (the config's experiment)")
+    ap.add_argument("--tracking-uri", default=None,
+                    help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)")
+    ap.add_argument("--out", default=None, help="output folder (default results/<experiment>/report)")
+    ap.add_argument("--report-config", default=None, help="YAML of report settings (the workflow's)")
+    ap.add_argument("--no-mlflow-log", action="store_true", help="do not log the report back to MLflow")
+    args = ap.parse_args(argv)
+    settings = {}
+    if args.report_config:
+        import yaml
+
+        settings = yaml.safe_load(pathlib.Path(args.report_config).read_text()) or {}
+    out = pathlib.Path(args.out or f"results/{args.experiment}/report")
+    head = build(args.experiment, out, uri=args.tracking_uri, settings=settings,
+                 log_to_mlflow=not args.no_mlflow_log)
+    for r in head["final_scores"]:
+        print(f"{r['algorithm']:10s} {r['benchmark']:5s} pass@1 {r['pass_at_1']:.4f} "
+              f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}] seeds {r['seeds']}")
+    for k, v in head["clip_ratio"].items():
+        print(f"clip-fraction ratio {k}: {v:.1f}x")
+    if head["collapsed_runs"]:
+        print(f"collapsed: {', '.join(head['collapsed_runs'])}")
+    print(f"report: {out / 'index.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""The Snakemake workflow for real: the smoke config end to end (twice, from scratch, for
+determinism), re-runs, config changes, resume, validation errors, lint and the real-scale dry run.
+
+The two smoke runs are made once per test session (`smoke_runs()`, shared with test_report.py and
+test_mlflow_ui.py) in temporary working directories, each with its own MLflow sqlite store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+SMOKE = ROOT / "config" / "smoke.yaml"
+TIMING_KEYS = re.compile(r"^(time_.*|wall_s|seconds)$")
+
+_CACHE: dict[str, object] = {}
+
+
+def snakemake(workdir, *args, configfile=SMOKE, timeout=900, check=True):
+    """Run snakemake on the repository's Snakefile in `workdir` (its own results/ and store)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GSPO_MLFLOW"))}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = SNAKEMAKE + ["-d", str(workdir), "--workflow-profile", str(ROOT / "profiles" / "default")]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    r = subprocess.run(cmd + list(args), env=env, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({r.returncode}):\n"
+                             f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
+    return r
+
+
+def smoke_runs(tmp_root: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """Two complete smoke runs from scratch, made once per session."""
+    if "runs" not in _CACHE:
+        dirs = []
+        for name in ("a", "b"):
+            d = tmp_root / name
+            d.mkdir(parents=True)
+            snakemake(d, "--cores", "2")
+            dirs.append(d)
+        _CACHE["runs"] = tuple(dirs)
+    return _CACHE["runs"]  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return smoke_runs(tmp_path_factory.getbasetemp() / "smoke")
+
+
+def exp_dir(workdir) -> pathlib.Path:
+    return pathlib.Path(workdir) / "results" / "smoke"
+
+
+def mlflow_client(workdir):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{pathlib.Path(workdir) / 'results' / 'mlflow.db'}")
+
+
+def _strip(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if not TIMING_KEYS.match(k)}
+
+
+def _metrics_files(workdir) -> dict[str, list[dict]]:
+    base = exp_dir(workdir)
+    out = {}
+    for p in sorted(base.glob("**/metrics.jsonl")):
+        out[str(p.relative_to(base))] = [_strip(json.loads(line)) for line in p.read_text().splitlines()]
+    return out
+
+
+def _eval_summaries(workdir) -> dict[str, dict]:
+    base = exp_dir(workdir) / "eval"
+    out = {}
+    for p in sorted(base.glob("**/summary.json")):
+        s = json.loads(p.read_text())
+        s.pop("seconds", None)
+        s["settings"].pop("model", None)
+        out[str(p.relative_to(base))] = s
+    return out
+
+
+def _job_counts(dry_run_output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: {rule: count}."""
+    counts = {}
+    m = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\n\s*\n", dry_run_output, re.S)
+    if not m:
+        return counts
+    for line in m.group(1).splitlines():
+        rule, n = line.split()
+        if rule != "total":
+            counts[rule] = int(n)
+    return counts
+
+
+# -- the smoke pipeline ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
+    a, _ = smoke
+    base = exp_dir(a)
+    report = base / "report"
+    for name in ("index.html", "score_vs_compute.png", "reward_vs_compute.png",
+                 "clip_fraction.png", "final_scores.csv", "stability.csv"):
+        assert (report / name).stat().st_size > 0, name
+    html = (report / "index.html").read_text()
+    for text in ("Final scores", "Clip-fraction ratio", "Collapse rule", "Provenance",
+                 "snakemake", "Seeds: [0, 1]", "torch"):
+        assert text in html, text
+    for alg in ("grpo", "gspo"):
+        for seed in (0, 1):
+            for budget in (50, 100):
+                for bench in ("aime", "lcb", "cf"):
+                    d = base / "eval" / alg / f"seed{seed}" / f"b{budget}" / bench
+                    meta = json.loads((d / "checkpoint.json").read_text())
+                    assert meta["step"] == {50: 2, 100: 4}[budget]
+                    assert meta["compute_flops"] > 0
+                    assert json.loads((d / "summary.json").read_text())["benchmarks"][bench]["n_problems"] > 0
+    rows = (report / "final_scores.csv").read_text().splitlines()
+    assert rows[0].startswith("algorithm,benchmark,budget,step,seeds,pass_at_1,ci_low,ci_high")
+    assert {tuple(r.split(",")[:2]) for r in rows[1:]} == {
+        (alg, b) for alg in ("sft", "grpo", "gspo") for b in ("aime", "lcb", "cf")}
+    # checkpoints are kept (they are not rule outputs) and logs live under results/<experiment>/
+    assert (base / "rl" / "gspo" / "seed0" / "checkpoints" / "step_000002").is_dir()
+    assert (base / "logs" / "rl" / "gspo-seed0.log").is_file()
+    assert (base / "benchmarks" / "rl" / "gspo-seed0.tsv").is_file()
+
+
+@pytest.mark.slow
+def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_and_compute(smoke):
+    a, _ = smoke
+    cl = mlflow_client(a)
+    exp = cl.get_experiment_by_name("smoke")
+    assert exp is not None
+    runs = cl.search_runs([exp.experiment_id], max_results=500)
+    by_stage: dict[str, list] = {}
+    for r in runs:
+        by_stage.setdefault(r.data.tags["stage"], []).append(r)
+    rl = by_stage["rl"]
+    assert sorted((r.data.tags["algorithm"], r.data.tags["seed"]) for r in rl) == [
+        ("grpo", "0"), ("grpo", "1"), ("gspo", "0"), ("gspo", "1")]
+    assert len(by_stage["sft"]) == 1
+    # 2 budgets + the 0 % point, 3 benchmarks, 4 runs; plus the SFT model's 3
+    assert len(by_stage["eval"]) == 4 * 3 * 3 + 3
+    for r in rl + by_stage["sft"]:
+        assert r.info.status == "FINISHED"
+        t = r.data.tags
+        assert len(t["config_hash"]) == 16 and t["git_commit"] and t["experiment"] == "smoke"
+        assert any(k.startswith("data_hash.") for k in t)
+        assert "snakemake" in t["workflow_command"]
+    run = next(r for r in rl if r.data.tags["algorithm"] == "gspo" and r.data.tags["seed"] == "1")
+    assert run.data.params["algorithm"] == "gspo" and run.data.params["seed"] == "1"
+    assert run.data.params["eps_low"] == "0.0003" and run.data.params["steps"] == "4"
+
+    def hist(key):
+        return sorted((m.step, m.value) for m in cl.get_metric_history(run.info.run_id, key))
+
+    assert [s for s, _ in hist("reward_mean")] == [1, 2, 3, 4]
+    compute = dict(hist("compute_flops"))
+    assert compute[0] == 0.0 and compute[2] < compute[4]
+    for bench in ("aime", "lcb", "cf"):
+        pts = hist(f"eval/{bench}/pass_at_1")
+        assert [s for s, _ in pts] == [0, 2, 4]
+        by_gflops = hist(f"eval_by_gflops/{bench}/pass_at_1")
+        assert [s for s, _ in by_gflops] == [round(compute[s] / 1e9) for s in (0, 2, 4)]
+        assert [v for _, v in by_gflops] == [v for _, v in pts]
+        summary = json.loads((exp_dir(a) / "eval" / "gspo" / "seed1" / "b100" / bench /
+                              "summary.json").read_text())
+        assert pts[-1][1] == summary["benchmarks"][bench]["avg@n"]
+    nested = [r for r in by_stage["eval"] if r.data.tags.get("mlflow.parentRunId") == run.info.run_id]
+    assert sorted(int(r.data.tags["budget"]) for r in nested) == [0, 0, 0, 50, 50, 50, 100, 100, 100]
+    arts = {f.path for f in cl.list_artifacts(nested[0].info.run_id)}
+    assert {"summary.json", "results.jsonl"} <= arts
+    report_run = by_stage["report"][0]
+    assert "report" in {f.path for f in cl.list_artifacts(report_run.info.run_id)}
+
+
+@pytest.mark.slow
+def test_two_smoke_runs_from_scratch_give_identical_metrics(smoke):
+    a, b = smoke
+    ma, mb = _metrics_files(a), _metrics_files(b)
+    assert set(ma) >= {"sft/metrics.jsonl", "rl/grpo/seed0/metrics.jsonl", "rl/gspo/seed1/metrics.jsonl"}
+    assert ma == mb
+    ea, eb = _eval_summaries(a), _eval_summaries(b)
+    assert len(ea) == 3 + 4 * 2 * 3 and ea == eb
+    # the MLflow stores agree as well (values at each step, timing aside)
+    ca, cb = mlflow_client(a), mlflow_client(b)
+
+    def store(cl):
+        exp = cl.get_experiment_by_name("smoke")
+        out = {}
+        for r in cl.search_runs([exp.experiment_id], "tags.stage = 'rl'"):
+            key = (r.data.tags["algorithm"], r.data.tags["seed"])
+            out[key] = {k: sorted((m.step, m.value) for m in cl.get_metric_history(r.info.run_id, k))
+                        for k in r.data.metrics if not TIMING_KEYS.match(k)}
+        return out
+
+    assert store(ca) == store(cb)
+    # different seeds do differ: the comparison is not vacuous
+    assert ma["rl/gspo/seed0/metrics.jsonl"] != ma["rl/gspo/seed1/metrics.jsonl"]
+
+
+@pytest.mark.slow
+def test_rerunning_with_nothing_changed_does_nothing(smoke):
+    a, _ = smoke
+    r = snakemake(a, "-n")
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_changing_only_the_evaluation_settings_reruns_only_evaluation(smoke, tmp_path):
+    a, _ = smoke
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["eval"]["samples"] = 3
+    changed = tmp_path / "smoke-eval.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    eval_cfg = exp_dir(a) / "config" / "eval" / "lcb.yaml"
+    before = eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns
+    r = snakemake(a, "-n", configfile=changed)
+    jobs = _job_counts(r.stdout + r.stderr)
+    assert jobs == {"eval_sft": 1, "eval_checkpoint": 8, "track_sft_evals": 1,
+                    "track_run_evals": 4, "aggregate": 1, "report": 1, "all": 1}, jobs
+    # a dry run leaves the recorded stage configs alone
+    assert (eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns) == before
+    assert "Nothing to be done" in (lambda r: r.stdout + r.stderr)(snakemake(a, "-n"))
+
+
+@pytest.mark.slow
+def test_changing_the_rl_settings_reruns_rl_and_what_follows_but_not_sft(smoke, tmp_path):
+    a, _ = smoke
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["rl"]["lr"] = 1.0e-4
+    changed = tmp_path / "smoke-rl.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    jobs = _job_counts((lambda r: r.stdout + r.stderr)(snakemake(a, "-n", configfile=changed)))
+    assert jobs.get("rl") == 4 and "sft" not in jobs and "data" not in jobs
+    assert jobs.get("eval_checkpoint") == 8 and "eval_sft" not in jobs
+
+
+@pytest.mark.slow
+def test_an_interrupted_rl_run_resumes_from_its_last_checkpoint_in_the_same_mlflow_run(smoke):
+    # Run b: its determinism was checked already; simulate an RL job stopped after step 2.
+    _, b = smoke
+    run_dir = exp_dir(b) / "rl" / "gspo" / "seed0"
+    before = (run_dir / "metrics.jsonl").read_text()
+    run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    (run_dir / "done.json").unlink()
+    shutil.rmtree(run_dir / "checkpoints" / "step_000004")
+    r = snakemake(b, "--cores", "2")
+    assert "resuming from the latest checkpoint" in (exp_dir(b) / "logs" / "rl" / "gspo-seed0.log").read_text()
+    info = json.loads((run_dir / "run_info.json").read_text())
+    assert info["resumed_from"].endswith("step_000002")
+    after = (run_dir / "metrics.jsonl").read_text()
+    strip = [_strip(json.loads(x)) for x in before.splitlines()]
+    assert [_strip(json.loads(x)) for x in after.splitlines()] == strip
+    assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == run_id
+    cl = mlflow_client(b)
+    run = cl.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["resumed_at_step"] == "2"
+    assert sorted(m.step for m in cl.get_metric_history(run_id, "reward_mean")) == [1, 2, 3, 4]
+    # only that run's RL job and what depends on it ran again
+    assert "rule sft:" not in r.stdout + r.stderr and "rule data:" not in r.stdout + r.stderr
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+def _bad_config(tmp_path, edit):
+    cfg = yaml.safe_load(SMOKE.read_text())
+    edit(cfg)
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(algorithms=["grpo", "ppo"]), r"'ppo' is not one of \['grpo', 'gspo', 'gspo_token'\]"),
+    (lambda c: c.update(budgets=[0, -25, 100]), r"-25 is less than the minimum of 0"),
+    (lambda c: c["sft"].pop("model"), r"'model' is a required property"),
+    (lambda c: c["sft"].update(model="/nonexistent/qwen3-base"),
+     r"config: sft\.model: '/nonexistent/qwen3-base' is neither a model preset"),
+    (lambda c: c["rl"].update(minibatches=5), r"config: rl\.minibatches: 5 does not divide"),
+], ids=["unknown-algorithm", "negative-budget", "missing-model", "missing-model-path",
+        "rl-field-checked-by-gspo-config"])
+def test_a_bad_config_value_fails_before_any_job_runs_and_names_the_key(tmp_path, edit, message,
+                                                                        request):
+    cfg = _bad_config(tmp_path, edit)
+    r = snakemake(tmp_path, "--cores", "1", configfile=cfg, timeout=300, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert re.search(message, out), out[-3000:]
+    key = {"unknown-algorithm": "['algorithms']", "negative-budget": "['budgets']",
+           "missing-model": "['sft']"}.get(request.node.callspec.id)
+    if key:
+        assert key in out, out[-3000:]
+    assert not (tmp_path / "results" / "smoke" / "data").exists()
+    assert "rule data:" not in out
+
+
+def test_the_schema_documents_every_key_with_a_description_and_a_default():
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    missing = []
+
+    def walk(node, path):
+        if "$ref" in node:
+            node = {**schema["$defs"][node["$ref"].split("/")[-1]], **node}
+        for name, sub in (node.get("properties") or {}).items():
+            where = f"{path}.{name}" if path else name
+            if "description" not in sub and "$ref" not in sub:
+                missing.append(f"{where}: description")
+            if "default" not in sub:
+                missing.append(f"{where}: default")
+            walk(sub, where)
+
+    walk(schema, "")
+    assert not missing, missing
+
+
+def test_the_real_scale_example_passes_validation_and_a_dry_run(tmp_path):
+    r = snakemake(tmp_path, "-n", configfile=ROOT / "config" / "real-scale.yaml", timeout=300)
+    jobs = _job_counts(r.stdout + r.stderr)
+    assert jobs["rl"] == 9 and jobs["eval_checkpoint"] == 9 * 4 and jobs["sft"] == 1
+    assert "vllm" in (tmp_path / "results" / "qwen3-1.7b-math-code" / "config" / "rl" /
+                      "gspo-seed0.yaml").read_text()
+
+
+def test_the_workflow_passes_snakemake_lint(tmp_path):
+    r = snakemake(tmp_path, "--lint", configfile=None, timeout=300)
+    assert "Congratulations, your workflow is in a good condition!" in r.stdout + r.stderr
+
+
+def test_the_default_config_plans_grpo_and_gspo_over_two_seeds_and_four_budgets(tmp_path):
+    r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
+    jobs = _job_counts(r.stdout + r.stderr)
+    assert jobs["rl"] >= 4 and jobs["eval_checkpoint"] == jobs["rl"] * 3
+    rl = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "rl" / "gspo-seed1.yaml").read_text())
+    assert rl["ckpt_every"] == 8 and rl["steps"] == 32 and rl["seed"] == 1
+    assert {d["path"].split("/")[-1] for d in rl["train_data"]} == {"aime_rl.jsonl", "lcb_rl.jsonl", "cf_rl.jsonl"}
+
+
+@pytest.mark.slow
+def test_snakemake_report_bundles_the_registered_report(smoke, tmp_path):
+    a, _ = smoke
+    out = tmp_path / "snakemake-report.html"
+    snakemake(a, "--report", str(out), timeout=600)
+    text = out.read_text(errors="replace")
+    assert out.stat().st_size > 10_000
+    assert "score_vs_compute.png" in text and "final_scores.csv" in text

@@ -1,0 +1,352 @@
+"""The workflow's plan: the validated master config turned into per-stage configs and paths.
+
+The Snakefile calls `Plan(config, ...)` once after schema validation. The plan
+
+- checks what a JSON schema cannot (budget steps, each stage's typed config via gspo.config, that
+  a model path exists) and raises ConfigError naming the key, before any job runs;
+- writes each stage's resolved config under `results/<experiment>/config/` only when its content
+  changed (rules depend on these files, never on the master config, so editing the evaluation
+  settings re-runs evaluation and nothing upstream);
+- answers the rules' questions about paths (input functions, params) without lambdas.
+
+`python -m gspo_workflow.steps <stage>` (the jobs) reads those stage files back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pathlib
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gspo.config import (ConfigError, DataGenConfig, RLConfig, SFTConfig,  # noqa: E402
+                         from_dict, to_dict)
+from gspo.models import PRESETS  # noqa: E402
+
+TASKS = ("aime", "lcb", "cf")
+PARTS = ("sft", "rl", "test")
+DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
+# RL fields the workflow sets itself, per run.
+RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every")
+SFT_MANAGED = ("out_dir", "train_data", "eval_data")
+
+
+def dump(obj) -> str:
+    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)
+
+
+def write_if_changed(path: pathlib.Path, text: str, *, dry_run: bool = False) -> bool:
+    """Write `text` to `path` unless it already holds exactly that; True when it changed. A dry
+    run only writes files that do not exist yet (it must not make existing results look stale;
+    the rules' `params.config_sha` still shows a change)."""
+    path = pathlib.Path(path)
+    exists = path.is_file()
+    if exists and path.read_text() == text:
+        return False
+    if not (dry_run and exists):
+        from gspo.io import atomic_write_text
+
+        atomic_write_text(path, text)
+    return True
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def is_dry_run(argv: list[str] | None = None) -> bool:
+    """Whether this snakemake invocation is a dry run (-n / --dry-run / --dryrun, also inside a
+    group of short flags such as -np). Snakemake decides its executor after parsing the
+    Snakefile, so the command line is the only place to tell."""
+    for a in (sys.argv if argv is None else argv)[1:]:
+        if a in ("--dry-run", "--dryrun", "-n"):
+            return True
+        if a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:]:
+            return True
+    return False
+
+
+def tracking_uri(config: dict, root: pathlib.Path) -> str:
+    """MLFLOW_TRACKING_URI, else the config's tracking.uri, else the sqlite store under results/;
+    a relative sqlite path is made absolute against the working directory."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or config.get("tracking", {}).get("uri") \
+        or DEFAULT_TRACKING_URI
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str((root / uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def regex_of(values) -> str:
+    """A wildcard constraint matching exactly one of `values`."""
+    import re
+
+    return "|".join(re.escape(str(v)) for v in values)
+
+
+def budget_steps(steps: int, budgets: list[int]) -> dict[int, int]:
+    """{budget percent: RL step} (rounded to the nearest step; 0 % is the SFT model)."""
+    return {b: int(round(steps * b / 100)) for b in budgets}
+
+
+class Plan:
+    def __init__(self, config: dict, *, workdir, dry_run: bool = False):
+        self.config = config
+        self.dry_run = dry_run
+        self.workdir = pathlib.Path(workdir).resolve()
+        self.experiment = config["experiment"]
+        self.base = f"results/{self.experiment}"
+        self.algorithms = list(config["algorithms"])
+        self.seeds = [int(s) for s in config["seeds"]]
+        self.budgets = sorted(int(b) for b in config["budgets"])
+        self.benchmarks = list(config["benchmarks"])
+        # canonical task order (aime, lcb, cf): the mix samples files by index, so the order in
+        # which a YAML mapping happens to list them must not change the data
+        self.train_tasks = {t: config["train_tasks"][t] for t in TASKS if t in config["train_tasks"]}
+        self.data_tasks = sorted(set(self.benchmarks) | set(self.train_tasks),
+                                 key=TASKS.index)
+        self._check_lists()
+        self.data_cfg = self._data_config()
+        self.sft_cfg = self._sft_config()
+        self.rl_steps = int(config["rl"].get("steps", RLConfig.__dataclass_fields__["steps"].default))
+        self.steps_of = budget_steps(self.rl_steps, self.budgets)
+        self._check_budgets()
+        nonzero = [s for s in self.steps_of.values() if s > 0]
+        self.ckpt_every = math.gcd(*nonzero)
+        self.rl_cfgs = {(a, s): self._rl_config(a, s) for a in self.algorithms for s in self.seeds}
+        self.eval_cfgs = {b: self._eval_config(b) for b in self.benchmarks}
+        self.report_cfg = dict(config["report"])
+        self.tracking_uri = tracking_uri(config, self.workdir)
+
+    # -- checks ---------------------------------------------------------------------------------
+    @staticmethod
+    def _fail(key: str, msg: str):
+        raise ConfigError(f"config: {key}: {msg}")
+
+    def _check_lists(self):
+        for key in ("algorithms", "seeds", "budgets", "benchmarks"):
+            vals = self.config[key]
+            if len(set(map(str, vals))) != len(vals):
+                self._fail(key, f"has duplicates: {vals}")
+        if not any(b > 0 for b in self.budgets):
+            self._fail("budgets", "needs at least one budget above 0 (percent of rl.steps)")
+        for t, w in self.train_tasks.items():
+            if w <= 0:
+                self._fail(f"train_tasks.{t}", f"weight must be > 0, got {w}")
+
+    def _check_budgets(self):
+        seen = {}
+        for b, s in self.steps_of.items():
+            if b > 0 and s == 0:
+                self._fail("budgets", f"{b}% of rl.steps={self.rl_steps} rounds to step 0; "
+                           "raise rl.steps or the budget")
+            if s in seen:
+                self._fail("budgets", f"{seen[s]}% and {b}% of rl.steps={self.rl_steps} are the "
+                           f"same step {s}; raise rl.steps or drop one")
+            seen[s] = b
+
+    def _model_exists(self, key: str, model: str):
+        if model in PRESETS:
+            return
+        p = pathlib.Path(model)
+        if not (p / "config.json").is_file():
+            msg = (f"{model!r} is neither a model preset ({', '.join(sorted(PRESETS))}) nor a "
+                   "model directory with a config.json")
+            if self.dry_run:
+                print(f"warning: config: {key}: {msg} (a dry run goes on; a real run stops here)",
+                      file=sys.stderr)
+            else:
+                self._fail(key, msg)
+
+    def _typed(self, cls, data: dict, key: str):
+        try:
+            return from_dict(cls, data)
+        except ConfigError as e:
+            raise ConfigError(f"config: {key}.{e}") from None
+
+    # -- stage configs --------------------------------------------------------------------------
+    def data_file(self, task: str, part: str) -> str:
+        return f"{self.base}/data/{task}_{part}.jsonl"
+
+    def data_files(self) -> list[str]:
+        return [self.data_file(t, p) for t in self.data_tasks for p in PARTS]
+
+    def _data_config(self) -> DataGenConfig:
+        d = dict(self.config["data"])
+        d["out_dir"] = f"{self.base}/data"
+        d["tasks"] = self.data_tasks
+        cfg = self._typed(DataGenConfig, d, "data")
+        for task in TASKS:
+            for part in PARTS:
+                src = getattr(getattr(cfg.files, task), part)
+                if src and (src.startswith((".", "/")) or src.endswith((".json", ".jsonl", ".parquet", ".csv"))) \
+                        and not pathlib.Path(src).exists():
+                    msg = f"{src}: file not found"
+                    if self.dry_run:
+                        print(f"warning: config: data.files.{task}.{part}: {msg}", file=sys.stderr)
+                    else:
+                        self._fail(f"data.files.{task}.{part}", msg)
+        return cfg
+
+    def _mix(self, part: str) -> list[dict]:
+        return [{"path": self.data_file(t, part), "weight": float(w)}
+                for t, w in self.train_tasks.items()]
+
+    def _sft_config(self) -> SFTConfig:
+        d = dict(self.config["sft"])
+        for k in SFT_MANAGED:
+            if k in d:
+                self._fail(f"sft.{k}", "is set by the workflow; leave it out")
+        self._model_exists("sft.model", d.get("model", "tiny"))
+        d.update(out_dir=f"{self.base}/sft", train_data=self._mix("sft"),
+                 eval_data=self.data_file("aime", "test") if "aime" in self.data_tasks else "")
+        return self._typed(SFTConfig, d, "sft")
+
+    def _rl_config(self, algorithm: str, seed: int) -> RLConfig:
+        d = {k: v for k, v in self.config["rl"].items() if k != "per_algorithm"}
+        d.update((self.config["rl"].get("per_algorithm") or {}).get(algorithm) or {})
+        for k in RL_MANAGED:
+            if k in d:
+                self._fail(f"rl.{k}", "is set by the workflow (per algorithm and seed); leave it out")
+        d.update(algorithm=algorithm, seed=seed, model=f"{self.base}/sft/model",
+                 out_dir=self.rl_dir(algorithm, seed), train_data=self._mix("rl"),
+                 ckpt_every=self.ckpt_every)
+        return self._typed(RLConfig, d, "rl")
+
+    def _eval_config(self, bench: str) -> dict:
+        ev = self.config["eval"]
+        common = {k: v for k, v in ev.items() if k not in TASKS}
+        merged = {**common, **{k: v for k, v in (ev.get(bench) or {}).items() if v is not None}}
+        merged["benchmark"] = bench
+        merged["data"] = self.data_file(bench, "test")
+        return merged
+
+    # -- files the rules use --------------------------------------------------------------------
+    def cfg_path(self, name: str) -> str:
+        return f"{self.base}/config/{name}.yaml"
+
+    def rl_dir(self, algorithm: str, seed) -> str:
+        return f"{self.base}/rl/{algorithm}/seed{seed}"
+
+    def stage_texts(self) -> dict[str, str]:
+        """{config file: content} of every stage."""
+        out = {self.cfg_path("data"): dump(to_dict(self.data_cfg)),
+               self.cfg_path("sft"): dump(to_dict(self.sft_cfg))}
+        for (a, s), cfg in self.rl_cfgs.items():
+            out[self.cfg_path(f"rl/{a}-seed{s}")] = dump(to_dict(cfg))
+        for b, cfg in self.eval_cfgs.items():
+            out[self.cfg_path(f"eval/{b}")] = dump(cfg)
+        out[self.cfg_path("workflow")] = dump(self.config)
+        out[self.cfg_path("report")] = dump({
+            **self.report_cfg, "experiment": self.experiment, "algorithms": self.algorithms,
+            "seeds": self.seeds, "budgets": self.budgets, "benchmarks": self.benchmarks,
+            "budget_steps": {str(b): s for b, s in self.steps_of.items()},
+            "rl_steps": self.rl_steps})
+        return out
+
+    def write_stage_configs(self) -> list[str]:
+        """Write the stage configs whose content changed; the changed paths."""
+        self._shas = {}
+        changed = []
+        for path, text in self.stage_texts().items():
+            self._shas[path] = sha(text)
+            if write_if_changed(self.workdir / path, text, dry_run=self.dry_run):
+                changed.append(path)
+        return changed
+
+    def config_sha(self, path: str) -> str:
+        return self._shas[path]
+
+    # -- rule helpers (input functions and params take the job's wildcards) -----------------------
+    def step_of(self, budget) -> int:
+        return self.steps_of[int(budget)]
+
+    def sha_param(self, name: str) -> str:
+        return self.config_sha(self.cfg_path(name))
+
+    def rl_sha_param(self, wildcards) -> str:
+        return self.config_sha(self.cfg_path(f"rl/{wildcards.algorithm}-seed{wildcards.seed}"))
+
+    def eval_sha_param(self) -> str:
+        return sha("".join(self.config_sha(p) for p in self.eval_configs()))
+
+    def test_files(self) -> list[str]:
+        return [self.data_file(b, "test") for b in self.benchmarks]
+
+    def eval_outputs(self, what: str, name: str) -> list[str]:
+        """`name` of each benchmark under results/{experiment}/eval/<what>/ (`what` may hold
+        wildcards such as {algorithm}/seed{seed}/b{budget})."""
+        return [f"results/{{experiment}}/eval/{what}/{b}/{name}" for b in self.benchmarks]
+
+    def step_param(self, wildcards) -> int:
+        return self.step_of(wildcards.budget)
+
+    def sft_data(self, wildcards) -> list[str]:
+        return [self.data_file(t, "sft") for t in self.train_tasks] + \
+            ([self.data_file("aime", "test")] if "aime" in self.data_tasks else [])
+
+    def rl_data(self, wildcards) -> list[str]:
+        return [self.data_file(t, "rl") for t in self.train_tasks]
+
+    def rl_dirs(self) -> list[str]:
+        return [self.rl_dir(a, s) for a in self.algorithms for s in self.seeds]
+
+    def eval_out(self, algorithm, seed, budget, bench) -> str:
+        return f"{self.base}/eval/{algorithm}/seed{seed}/b{budget}/{bench}"
+
+    def sft_eval_summaries(self) -> list[str]:
+        return [f"{self.base}/eval/sft/{b}/summary.json" for b in self.benchmarks]
+
+    def eval_configs(self) -> list[str]:
+        return [self.cfg_path(f"eval/{b}") for b in self.benchmarks]
+
+    def initial_eval_inputs(self, wildcards) -> list[str]:
+        """A run's 0 % points: the SFT model's evaluations (when 0 is a budget)."""
+        return self.sft_eval_summaries() if 0 in self.budgets else []
+
+    def run_eval_summaries(self, wildcards) -> list[str]:
+        return [f"{self.eval_out(wildcards.algorithm, wildcards.seed, b, bench)}/summary.json"
+                for b in self.nonzero_budgets() for bench in self.benchmarks]
+
+    def nonzero_budgets(self) -> list[int]:
+        return [b for b in self.budgets if b > 0]
+
+    def nonzero_steps(self) -> list[int]:
+        return [self.steps_of[b] for b in self.nonzero_budgets()]
+
+    def tracked(self) -> list[str]:
+        """The track_* outputs: every evaluation recorded in MLflow."""
+        return [f"{self.base}/eval/sft/mlflow.json"] + [
+            f"{self.base}/eval/{a}/seed{s}/mlflow.json" for a in self.algorithms
+            for s in self.seeds]
+
+    def report_outputs(self) -> dict[str, str]:
+        r = f"{self.base}/report"
+        return {"html": f"{r}/index.html", "score": f"{r}/score_vs_compute.png",
+                "reward": f"{r}/reward_vs_compute.png", "clip": f"{r}/clip_fraction.png",
+                "table": f"{r}/final_scores.csv", "stability": f"{r}/stability.csv"}
+
+    def job_env(self, argv: list[str] | None = None) -> dict[str, str]:
+        """What every job inherits: `python` = this interpreter, `gspo_workflow` importable, and
+        the MLflow store / experiment / tags (read by gspo.tracking)."""
+        argv = sys.argv if argv is None else argv
+        here = str(pathlib.Path(__file__).resolve().parent.parent)
+        path = os.environ.get("PYTHONPATH", "")
+        return {
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+            "PYTHONPATH": here + (os.pathsep + path if path else ""),
+            "MLFLOW_TRACKING_URI": self.tracking_uri,
+            "MLFLOW_EXPERIMENT_NAME": self.experiment,
+            "GSPO_MLFLOW_TAGS": json.dumps({"experiment": self.experiment, "workflow": "snakemake",
+                                            "workflow_command": " ".join(argv)}),
+        }
+
+    def export_env(self) -> None:
+        os.environ.update(self.job_env())

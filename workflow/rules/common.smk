@@ -1,0 +1,25 @@
+# Validation, the plan (stage configs, paths, rule helpers) and the environment jobs inherit.
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
+
+from gspo_workflow import plan  # noqa: E402  (workflow/gspo_workflow/plan.py)
+
+
+validate(config, "../schemas/config.schema.yaml")
+
+# Checks what the schema cannot (raising ConfigError naming the key) and writes each stage's
+# resolved config under results/<experiment>/config/ when its content changed.
+PLAN = plan.Plan(config, workdir=os.getcwd(), dry_run=plan.is_dry_run())
+PLAN.write_stage_configs()
+# Jobs run `python -m gspo_workflow.steps` with this interpreter and find their MLflow store.
+PLAN.export_env()
+
+
+wildcard_constraints:
+    experiment=plan.regex_of([PLAN.experiment]),
+    algorithm=plan.regex_of(PLAN.algorithms),
+    seed=r"\d+",
+    budget=r"[1-9]\d*",

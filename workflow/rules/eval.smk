@@ -1,0 +1,91 @@
+# Evaluation: the SFT model (every run's 0 % budget, results/<exp>/eval/sft/<bench>/), then each
+# run's checkpoint at every other budget (results/<exp>/eval/<alg>/seed<s>/b<budget>/<bench>/).
+#
+# One job evaluates one checkpoint on all benchmarks: starting a process that loads torch and
+# transformers costs 5-10 s on 2 cores, more than a tiny checkpoint's whole evaluation, so the
+# model is loaded once per checkpoint. Evaluation jobs only write files; the track_* rules then
+# record them in MLflow: one eval run per checkpoint and benchmark, nested under the run that
+# trained it, plus the scores as metrics of the RL run itself (eval/<bench>/pass_at_1 at the
+# checkpoint's step, step 0 = the SFT model).
+
+
+rule eval_sft:
+    input:
+        configs=PLAN.eval_configs(),
+        model="results/{experiment}/sft/model",
+        data=PLAN.test_files(),
+    output:
+        summaries=PLAN.eval_outputs("sft", "summary.json"),
+        results=PLAN.eval_outputs("sft", "results.jsonl"),
+    params:
+        config_sha=PLAN.eval_sha_param(),
+    log:
+        "results/{experiment}/logs/eval/sft.log",
+    benchmark:
+        "results/{experiment}/benchmarks/eval/sft.tsv"
+    threads: 1
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps eval-sft --configs {input.configs} --model {input.model}"
+        " --out-root results/{wildcards.experiment}/eval/sft --threads {threads} > {log} 2>&1"
+
+
+rule eval_checkpoint:
+    input:
+        configs=PLAN.eval_configs(),
+        done="results/{experiment}/rl/{algorithm}/seed{seed}/done.json",
+        data=PLAN.test_files(),
+    output:
+        summaries=PLAN.eval_outputs("{algorithm}/seed{seed}/b{budget}", "summary.json"),
+        results=PLAN.eval_outputs("{algorithm}/seed{seed}/b{budget}", "results.jsonl"),
+        meta=PLAN.eval_outputs("{algorithm}/seed{seed}/b{budget}", "checkpoint.json"),
+    params:
+        config_sha=PLAN.eval_sha_param(),
+        step=PLAN.step_param,
+    log:
+        "results/{experiment}/logs/eval/{algorithm}-seed{seed}-b{budget}.log",
+    benchmark:
+        "results/{experiment}/benchmarks/eval/{algorithm}-seed{seed}-b{budget}.tsv"
+    threads: 1
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps eval --configs {input.configs} --rl-dir $(dirname {input.done})"
+        " --out-root results/{wildcards.experiment}/eval/{wildcards.algorithm}/seed{wildcards.seed}/b{wildcards.budget}"
+        " --algorithm {wildcards.algorithm} --seed {wildcards.seed} --budget {wildcards.budget}"
+        " --step {params.step} --threads {threads} > {log} 2>&1"
+
+
+rule track_sft_evals:
+    input:
+        summaries=PLAN.eval_outputs("sft", "summary.json"),
+        configs=PLAN.eval_configs(),
+        sft_summary="results/{experiment}/sft/summary.json",
+    output:
+        "results/{experiment}/eval/sft/mlflow.json",
+    log:
+        "results/{experiment}/logs/track/sft.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps track-sft --sft-dir $(dirname {input.sft_summary})"
+        " --summaries {input.summaries} --configs {input.configs} --out {output} > {log} 2>&1"
+
+
+rule track_run_evals:
+    input:
+        done="results/{experiment}/rl/{algorithm}/seed{seed}/done.json",
+        initial=PLAN.initial_eval_inputs,
+        summaries=PLAN.run_eval_summaries,
+        configs=PLAN.eval_configs(),
+    output:
+        "results/{experiment}/eval/{algorithm}/seed{seed}/mlflow.json",
+    log:
+        "results/{experiment}/logs/track/{algorithm}-seed{seed}.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps track-run --rl-dir $(dirname {input.done}) --algorithm {wildcards.algorithm}"
+        " --seed {wildcards.seed} --initial {input.initial} --summaries {input.summaries}"
+        " --configs {input.configs} --out {output} > {log} 2>&1"

@@ -1,0 +1,63 @@
+# Aggregation and the report, both read from the MLflow store (pipeline.aggregate,
+# pipeline.report); the report is also registered for `snakemake --report`.
+
+
+rule aggregate:
+    input:
+        tracked=PLAN.tracked(),
+        config="results/{experiment}/config/report.yaml",
+        workflow_config="results/{experiment}/config/workflow.yaml",
+    output:
+        scores="results/{experiment}/aggregate/scores.json",
+        table="results/{experiment}/aggregate/scores.csv",
+    log:
+        "results/{experiment}/logs/aggregate.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps aggregate --experiment {wildcards.experiment} --out {output.scores}"
+        " --report-config {input.config} --workflow-config {input.workflow_config} > {log} 2>&1"
+
+
+rule report:
+    input:
+        scores="results/{experiment}/aggregate/scores.json",
+        config="results/{experiment}/config/report.yaml",
+    output:
+        html=report(
+            "results/{experiment}/report/index.html",
+            caption="../report/index.rst",
+            category="Report",
+        ),
+        score=report(
+            "results/{experiment}/report/score_vs_compute.png",
+            caption="../report/score.rst",
+            category="Figures",
+        ),
+        reward=report(
+            "results/{experiment}/report/reward_vs_compute.png",
+            caption="../report/reward.rst",
+            category="Figures",
+        ),
+        clip=report(
+            "results/{experiment}/report/clip_fraction.png",
+            caption="../report/clip.rst",
+            category="Figures",
+        ),
+        table=report(
+            "results/{experiment}/report/final_scores.csv",
+            caption="../report/table.rst",
+            category="Tables",
+        ),
+        stability=report(
+            "results/{experiment}/report/stability.csv",
+            caption="../report/stability.rst",
+            category="Tables",
+        ),
+    log:
+        "results/{experiment}/logs/report.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps report --experiment {wildcards.experiment} --out $(dirname {output.html})"
+        " --report-config {input.config} > {log} 2>&1"

@@ -1,0 +1,21 @@
+# Cold-start SFT on the training mix (train_tasks), once; every RL run starts from its model.
+
+
+rule sft:
+    input:
+        config="results/{experiment}/config/sft.yaml",
+        data=PLAN.sft_data,
+    output:
+        model=directory("results/{experiment}/sft/model"),
+        summary="results/{experiment}/sft/summary.json",
+    params:
+        config_sha=PLAN.sha_param("sft"),
+    log:
+        "results/{experiment}/logs/sft.log",
+    benchmark:
+        "results/{experiment}/benchmarks/sft.tsv"
+    threads: 1
+    conda:
+        "../../environment.yml"
+    shell:
+        "exec python -m gspo_workflow.steps sft --config {input.config} --threads {threads} > {log} 2>&1"
