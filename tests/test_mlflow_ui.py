@@ -169,7 +169,8 @@ def test_the_ui_web_page_shows_the_experiment_and_its_runs_in_headless_chromium(
     exp_id = exp["experiment"]["experiment_id"]
     browser.get(f"{ui}/#/experiments")
     assert "smoke" in browser.wait_for_text(["smoke"])
-    browser.get(f"{ui}/#/experiments/{exp_id}")
-    text = browser.wait_for_text(["grpo-seed0", "gspo-seed1"])
-    for name in ("grpo-seed1", "gspo-seed0", "sft"):
+    # MLflow 3 opens an experiment on its GenAI overview; the runs live on "Training runs"
+    browser.get(f"{ui}/#/experiments/{exp_id}/runs")
+    text = browser.wait_for_text(["Training runs", "grpo-seed0", "gspo-seed1"])
+    for name in ("grpo-seed1", "gspo-seed0", "sft", "report"):
         assert name in text

@@ -40,7 +40,9 @@ SFT_MANAGED = ("out_dir", "train_data", "eval_data")
 
 
 def dump(obj) -> str:
-    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)
+    # through JSON first: values shared between keys (schema defaults) must not become YAML
+    # anchors/aliases
+    return yaml.safe_dump(json.loads(json.dumps(obj)), sort_keys=True, default_flow_style=False)
 
 
 def write_if_changed(path: pathlib.Path, text: str, *, dry_run: bool = False) -> bool:
