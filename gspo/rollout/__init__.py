@@ -38,6 +38,15 @@ class Engine(Protocol):
 ENGINES = ("torch", "vllm")
 
 
+def nothing_to_generate(prompts: list[list[int]], n: int) -> bool:
+    """The argument checks every engine shares: True when there is nothing to sample."""
+    if not prompts or n < 1:
+        return True
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+    return False
+
+
 def make_engine(name: str, model_path, **options) -> Engine:
     """Build the rollout engine `name` ("torch" or "vllm") over the model at `model_path`."""
     if name == "torch":

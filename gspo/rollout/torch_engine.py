@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gspo.rollout import Completion
+from gspo.rollout import Completion, nothing_to_generate
 
 
 def _apply_rope(x, cos, sin):
@@ -115,10 +115,8 @@ class TorchEngine:
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
                  top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
                  stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
-        if not prompts or n < 1:
+        if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
         if stop_token_ids is None:
             eos = self.model.config.eos_token_id
             stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])

@@ -56,7 +56,7 @@ import tempfile
 
 import torch
 
-from gspo.rollout import Completion
+from gspo.rollout import Completion, nothing_to_generate
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -241,10 +241,8 @@ class VLLMEngine:
                  stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
         from vllm import SamplingParams
 
-        if not prompts or n < 1:
+        if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
         stop = list(self.default_stop if stop_token_ids is None else stop_token_ids)
         P = len(prompts)
         params, inputs = [], []
