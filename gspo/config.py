@@ -54,13 +54,33 @@ class DataSource:
 class RolloutConfig:
     engine: str = _help("torch", "rollout engine: 'torch' (batched KV-cached sampling) or 'vllm'")
     device: str = _help("cpu", "device of the rollout engine ('cpu', 'cuda', 'cuda:1', ...)")
-    dtype: str = _help("float32", "engine precision: float32, bfloat16 or float16")
+    dtype: str = _help("float32", "engine precision: float32, bfloat16 or float16 (the trainer "
+                       "stays in float32: a lower engine precision is the precision-tolerance "
+                       "setting of config/precision.yaml)")
+    gpu_memory_utilization: float = _help(0.0, "vllm only: share of accelerator memory vLLM may "
+                                          "take (0 = the engine's default, 0.3: the trainer "
+                                          "shares the device)")
+    max_model_len: int = _help(0, "vllm only: longest prompt + response (0 = the model's "
+                               "max_position_embeddings)")
+    tensor_parallel_size: int = _help(1, "vllm only: GPUs one engine spans")
 
     def __post_init__(self):
         _check(self.engine in ("torch", "vllm"), "engine",
                f"must be 'torch' or 'vllm', got {self.engine!r}")
         _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype",
                f"must be float32, bfloat16 or float16, got {self.dtype!r}")
+        _check(0.0 <= self.gpu_memory_utilization < 1.0, "gpu_memory_utilization",
+               f"must be in [0, 1) (0 = the engine default), got {self.gpu_memory_utilization}")
+        _check(self.max_model_len >= 0, "max_model_len",
+               f"must be >= 0 (0 = the model's), got {self.max_model_len}")
+        _check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
+               f"must be >= 1, got {self.tensor_parallel_size}")
+
+    def vllm_options(self) -> dict:
+        """The vLLM knobs, with 0 meaning 'the engine's default'."""
+        return {"gpu_memory_utilization": self.gpu_memory_utilization or None,
+                "max_model_len": self.max_model_len or None,
+                "tensor_parallel_size": self.tensor_parallel_size}
 
 
 @dataclass

@@ -90,7 +90,8 @@ class Trainer:
         if r.engine == "torch":
             eng_model = copy.deepcopy(self.policy).to(dtype=getattr(torch, r.dtype))
             return make_engine("torch", src, device=r.device, dtype=r.dtype, model=eng_model)
-        return make_engine(r.engine, src, device=r.device, dtype=r.dtype)
+        return make_engine(r.engine, src, device=r.device, dtype=r.dtype, seed=self.cfg.seed,
+                           **r.vllm_options())
 
     def lr_at(self, step: int) -> float:
         w = self.cfg.warmup_steps
@@ -284,7 +285,10 @@ class Trainer:
             lengths = batch["attention_mask"].sum(1).tolist()
             f = self.flops.forward(lengths)
             extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
-            self.state["compute_flops"] += f * (2 + 3 * cfg.epochs + extra)
+            # generation + (the old-log-prob pass, unless the engine's log-probs stand in) +
+            # forward and backward (3x) per epoch
+            old_pass = int(cfg.old_logprobs == "recompute")
+            self.state["compute_flops"] += f * (1 + old_pass + 3 * cfg.epochs + extra)
             resp_len = mask.sum(1)
             self.state["tokens_generated"] += int(resp_len.sum())
             self.state["tokens_trained"] += int(resp_len.sum()) * cfg.epochs

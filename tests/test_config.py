@@ -63,3 +63,18 @@ def test_the_shipped_configs_load(tmp_path):
 def test_from_dict_builds_nested_dataclasses():
     cfg = from_dict(RLConfig, {"train_data": [{"path": "a", "weight": 2}]})
     assert cfg.train_data[0] == DataSource("a", 2.0)
+
+
+def test_vllm_knobs_pass_through_with_zero_meaning_the_engines_default(tmp_path):
+    cfg = load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {engine: vllm, "
+                                         "gpu_memory_utilization: 0.25, tensor_parallel_size: 2}\n"))
+    assert cfg.rollout.vllm_options() == {"gpu_memory_utilization": 0.25, "max_model_len": None,
+                                          "tensor_parallel_size": 2}
+    assert RLConfig(train_data=[DataSource("a")]).rollout.vllm_options()["gpu_memory_utilization"] is None
+
+
+def test_a_vllm_knob_out_of_range_names_the_field_and_the_range(tmp_path):
+    with pytest.raises(ConfigError, match=r"rollout.gpu_memory_utilization: must be in \[0, 1\)"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {gpu_memory_utilization: 1.5}\n"))
+    with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size: must be >= 1"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {tensor_parallel_size: 0}\n"))
