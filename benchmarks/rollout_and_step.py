@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from evaluators import aime  # noqa: E402
-from gspo.config import DataSource, RLConfig  # noqa: E402
+from gspo.config import DataSource, RLConfig, RolloutConfig  # noqa: E402
 from gspo.models import build_tiny, load_model  # noqa: E402
 from gspo.rollout import make_engine  # noqa: E402
 from gspo.trainer import Trainer  # noqa: E402
@@ -83,17 +83,25 @@ def main():
         med = statistics.median(r)
         print(f"{name:24s} {med:10.0f} tokens/s   x{med / base:.2f} vs transformers")
 
+    compare_old_logprobs(path, work, steps=args.rl_steps, threads=args.threads)
+
+
+def compare_old_logprobs(path, work: pathlib.Path, *, steps: int, threads: int,
+                         dtype: str = "float32") -> dict:
+    """The same GSPO run twice, step by step in alternation: old log-probs recomputed by the
+    trainer vs taken from the (torch, `dtype`) rollout engine (old_logprobs: rollout), so the
+    saving is measured side by side. Prints the phase split of each; returns the mean step time
+    per mode (steps after the first)."""
     data = work / "rl.jsonl"
     aime.write_jsonl(aime.generate(500, split="train", seed=1, difficulty=aime.Difficulty(3, 9)), data)
-    # The same run twice, step by step in alternation: old log-probs recomputed by the trainer vs
-    # taken from the engine (old_logprobs: rollout), so the saving is measured side by side.
     trainers = {}
     for mode in ("recompute", "rollout"):
         cfg = RLConfig(algorithm="gspo", model=str(path), out_dir=str(work / f"rl-{mode}"),
                        train_data=[DataSource(str(data))], steps=1, ckpt_every=10**6,
-                       threads=args.threads, old_logprobs=mode, resume=False)
+                       threads=threads, old_logprobs=mode, resume=False,
+                       rollout=RolloutConfig(dtype=dtype))
         trainers[mode] = cfg
-    for step in range(1, args.rl_steps + 1):
+    for step in range(1, steps + 1):
         for mode, cfg in trainers.items():
             cfg.steps, cfg.resume = step, True
             Trainer(cfg).train()
@@ -105,13 +113,15 @@ def main():
                   for k in ("rollout", "old_logprob", "update")}
         total = step_time[mode] = sum(phases.values())
         print(f"\n== RL step, old_logprobs={mode} (gspo, {cfg.prompts_per_step}x{cfg.group_size}, "
-              f"{cfg.minibatches} minibatches, mean of {len(rows)} steps after the first) ==")
+              f"{cfg.minibatches} minibatches, engine torch/{dtype}, mean of {len(rows)} steps "
+              "after the first) ==")
         for k, v in phases.items():
             print(f"{k:12s} {v:7.3f} s  {100 * v / total:5.1f}%")
         print(f"{'total':12s} {total:7.3f} s")
     saving = 1 - step_time["rollout"] / step_time["recompute"]
     print(f"\nold_logprobs=rollout vs recompute: step time x{step_time['rollout'] / step_time['recompute']:.2f}"
           f" ({100 * saving:.1f}% saved)")
+    return step_time
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ the stop token included) and the ratio, then the median time of `VLLMEngine.upda
 the full state dict (what the trainer sends after every RL step), and how busy vLLM's processes
 keep the CPU while the engine is idle (that time is taken from the trainer on a small machine),
 and the torch engine once more after vLLM has shut down (not interleaved, so machine-speed drift
-hits that row alone).
+hits that row alone). Last, in the same run, the RL step time with old_logprobs: rollout (the
+engine's log-probs stand in for the trainer's recompute pass) against recompute, the two runs
+alternating step by step (benchmarks/rollout_and_step.py's compare_old_logprobs).
 
 vLLM on CPU binds its model worker to one core and keeps one core for its engine-core process
 (VLLM_CPU_OMP_THREADS_BIND=auto); the torch engine gets --threads intra-op threads.
@@ -59,6 +61,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (torch engine)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--rl-steps", type=int, default=4,
+                    help="RL steps per old_logprobs mode (0 = skip the step-time comparison)")
     args = ap.parse_args()
 
     import torch
@@ -124,6 +128,11 @@ def main():
     print(f"update_weights ({nparams / 1e6:.2f}M params): {1e3 * statistics.median(sync):.1f} ms "
           f"(median of {len(sync)})")
     print(f"vLLM processes while idle: {idle:.2f} cores busy")
+    if args.rl_steps:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        from rollout_and_step import compare_old_logprobs
+
+        compare_old_logprobs(path, work, steps=args.rl_steps, threads=args.threads)
 
 
 if __name__ == "__main__":

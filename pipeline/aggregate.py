@@ -13,7 +13,10 @@ workflow's aggregation step, `pipeline.report` and a store copied to another mac
 - the SFT run (tag stage=sft) and every run's provenance tags (git commit, versions, data hashes,
   the command).
 
-`--out` writes scores.json (every evaluation point: algorithm, seed, budget, step, compute,
+Runs are grouped by their `variant` tag (the compared run's name: the algorithm itself, or a
+configured variant such as gspo-bf16-rollout); `algorithm` is kept beside it.
+
+`--out` writes scores.json (every evaluation point: variant, algorithm, seed, budget, step, compute,
 benchmark, pass@1 and CI) plus scores.csv beside it, and logs them (and the workflow config given
 with `--workflow-config`) as artifacts of a run tagged stage=aggregate, which replaces the
 previous one.
@@ -30,7 +33,13 @@ import sys
 import tempfile
 
 TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "compute_flops",
-              "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s")
+              "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s",
+              # where a step's time goes, and the engine/trainer log-prob gap (variants)
+              "time_rollout_s", "time_old_logprob_s", "time_update_s", "old_logprob_passes",
+              "logprob_gap_token_mean", "logprob_gap_token_max", "logprob_gap_seq_mean",
+              # MoE models (gspo.moe)
+              "moe/volatility", "moe/load_entropy", "moe/max_expert_share", "moe/aux_loss",
+              "moe/routing_cache_bytes")
 BENCHMARKS = ("aime", "lcb", "cf")
 
 
@@ -94,6 +103,9 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
     for run in _runs(cl, exp_id, "rl"):
         rec = _run_record(run)
         rec["algorithm"] = rec["tags"].get("algorithm")
+        # the compared run's name (older stores have no variant tag: the algorithm)
+        rec["variant"] = rec["tags"].get("variant") or rec["algorithm"]
+        rec["baseline"] = rec["tags"].get("baseline", "")
         rec["seed"] = int(rec["tags"].get("seed", 0))
         keys = set(run.data.metrics)
         rec["train"] = {k: _history(cl, rec["run_id"], k) for k in TRAIN_KEYS if k in keys}
@@ -105,12 +117,13 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
                                                  "pass_at_1_ci_high")
                                   if f"eval/{b}/{suffix}" in keys}
         data["rl"].append(rec)
-    data["rl"].sort(key=lambda r: (r["algorithm"] or "", r["seed"]))
+    data["rl"].sort(key=lambda r: (r["variant"] or "", r["seed"]))
     data["sft"] = [_run_record(r) for r in _runs(cl, exp_id, "sft")]
     for run in _runs(cl, exp_id, "eval"):
         t = run.data.tags
         m = run.data.metrics
         rec = {"run_id": run.info.run_id, "algorithm": t.get("algorithm"),
+               "variant": t.get("variant") or t.get("algorithm"),
                "seed": int(t.get("seed", 0)), "budget": int(t.get("budget", 0)),
                "step": int(t.get("step", 0)), "benchmark": t.get("benchmark"),
                "pass_at_1": m.get("pass_at_1"), "ci_low": m.get("pass_at_1_ci_low"),
@@ -119,7 +132,7 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
         if with_problems:
             rec["problems"] = {r["id"]: r["avg@n"] for r in _download_results(cl, rec["run_id"])}
         data["evals"].append(rec)
-    data["evals"].sort(key=lambda r: (r["algorithm"] or "", r["seed"], r["budget"], r["benchmark"] or ""))
+    data["evals"].sort(key=lambda r: (r["variant"] or "", r["seed"], r["budget"], r["benchmark"] or ""))
     return data
 
 
@@ -133,7 +146,8 @@ def points(data: dict) -> list[dict]:
             lo = dict(hist.get("pass_at_1_ci_low", []))
             hi = dict(hist.get("pass_at_1_ci_high", []))
             for step, v in hist["pass_at_1"]:
-                out.append({"algorithm": run["algorithm"], "seed": run["seed"], "step": step,
+                out.append({"variant": run["variant"], "algorithm": run["algorithm"],
+                            "seed": run["seed"], "step": step,
                             "compute_flops": compute.get(step), "benchmark": bench,
                             "pass_at_1": v, "ci_low": lo.get(step), "ci_high": hi.get(step),
                             "run_id": run["run_id"]})
@@ -162,7 +176,7 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     write_json(out, {"experiment": args.experiment, "tracking_uri": data["tracking_uri"],
                      "points": pts})
-    cols = ["algorithm", "seed", "step", "compute_flops", "benchmark", "pass_at_1", "ci_low",
+    cols = ["variant", "algorithm", "seed", "step", "compute_flops", "benchmark", "pass_at_1", "ci_low",
             "ci_high", "run_id"]
     with tempfile.NamedTemporaryFile("w", delete=False, newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from pipeline.report import collapse_check, smooth
+from pipeline.report import (collapse_check, moe_summary, paired_diff, smooth,
+                             variant_comparisons)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RULE = {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}
@@ -44,6 +45,109 @@ def test_a_run_that_never_learned_or_is_too_short_is_not_judged():
     assert not collapse_check([0.5, 0.5, 0.0, 0.0], **RULE)["collapsed"]
 
 
+# -- variants and the MoE verdict on hand-made runs ------------------------------------------------
+
+def _run(variant, algorithm, seed, *, baseline="", replay=False, steps=10, step_s=1.0,
+         old_s=0.2, gap=0.0, vol=None, reward=0.3):
+    train = {"reward_mean": [(s, reward) for s in range(1, steps + 1)],
+             "compute_flops": [(s, 1e9 * s) for s in range(1, steps + 1)],
+             "time_rollout_s": [(s, step_s - old_s - 0.1) for s in range(1, steps + 1)],
+             "time_old_logprob_s": [(s, old_s) for s in range(1, steps + 1)],
+             "time_update_s": [(s, 0.1) for s in range(1, steps + 1)],
+             "logprob_gap_token_mean": [(s, gap) for s in range(1, steps + 1)],
+             "logprob_gap_seq_mean": [(s, gap / 4) for s in range(1, steps + 1)]}
+    if vol is not None:
+        train["moe/volatility"] = [(s, vol) for s in range(1, steps + 1)]
+        train["moe/load_entropy"] = [(s, 0.9) for s in range(1, steps + 1)]
+    return {"variant": variant, "algorithm": algorithm, "seed": seed, "baseline": baseline,
+            "run_id": f"{variant}-{seed}", "status": "FINISHED", "train": train, "eval": {},
+            "params": {"routing_replay": str(replay)}}
+
+
+def _row(variant, algorithm, problems):
+    return {"variant": variant, "algorithm": algorithm, "benchmark": "aime", "seeds": 2,
+            "pass_at_1": sum(problems.values()) / len(problems), "ci_low": 0.0, "ci_high": 1.0,
+            "_problems": problems}
+
+
+def test_a_paired_difference_is_taken_on_the_problems_both_sides_scored():
+    a = {"_problems": {"p1": 1.0, "p2": 0.5, "p3": 0.0}}
+    b = {"_problems": {"p1": 0.5, "p2": 0.5, "p4": 1.0}}
+    d = paired_diff(a, b, iters=200, confidence=0.95)
+    assert d["n_problems"] == 2 and d["diff"] == pytest.approx(0.25)
+    assert d["diff_ci_low"] <= 0.25 <= d["diff_ci_high"]
+    assert paired_diff(a, {"_problems": {}}, iters=200, confidence=0.95) == {}
+
+
+def test_a_variant_is_compared_with_its_baseline_on_score_step_time_and_logprob_gap():
+    runs = [_run("gspo", "gspo", s, step_s=1.0, old_s=0.25, gap=1e-6) for s in (0, 1)] + \
+        [_run("gspo-bf16", "gspo", s, baseline="gspo", step_s=0.75, old_s=0.0, gap=0.02)
+         for s in (0, 1)]
+    table = [_row("gspo", "gspo", {"p1": 0.5, "p2": 0.25}),
+             _row("gspo-bf16", "gspo", {"p1": 0.75, "p2": 0.25})]
+    (c,) = variant_comparisons({"rl": runs}, table, iters=200, confidence=0.95)
+    assert (c["variant"], c["baseline"], c["benchmark"]) == ("gspo-bf16", "gspo", "aime")
+    assert c["diff"] == pytest.approx(0.125) and c["n_problems"] == 2
+    assert c["step_s"] == pytest.approx(0.75) and c["baseline_step_s"] == pytest.approx(1.0)
+    assert c["step_time_saving"] == pytest.approx(0.25)
+    assert c["old_logprob_s"] == 0.0 and c["baseline_old_logprob_s"] == pytest.approx(0.25)
+    assert c["logprob_gap_token"] == pytest.approx(0.02)
+    assert c["baseline_logprob_gap_token"] == pytest.approx(1e-6)
+
+
+def test_plain_algorithms_are_not_compared_with_anything():
+    runs = [_run("grpo", "grpo", 0), _run("gspo", "gspo", 0)]
+    table = [_row("grpo", "grpo", {"p": 0.5}), _row("gspo", "gspo", {"p": 0.5})]
+    assert variant_comparisons({"rl": runs}, table, iters=100, confidence=0.95) == []
+
+
+def _moe_runs(grpo_reward_tail):
+    runs = []
+    for seed in (0, 1):
+        r = _run("grpo", "grpo", seed, vol=0.02, steps=20)
+        r["train"]["reward_mean"] = [(s, 0.4 if s <= 10 else grpo_reward_tail) for s in range(1, 21)]
+        runs += [r, _run("grpo-replay", "grpo", seed, baseline="grpo", replay=True, vol=0.01, steps=20),
+                 _run("gspo", "gspo", seed, vol=0.02, steps=20),
+                 _run("gspo-replay", "gspo", seed, baseline="gspo", replay=True, vol=0.01, steps=20)]
+    return runs
+
+
+def _stab(runs):
+    from pipeline.report import stability
+
+    return stability({"rl": runs}, RULE)
+
+
+def test_the_moe_verdict_says_plainly_when_the_paper_s_effect_is_not_reproduced():
+    runs = _moe_runs(grpo_reward_tail=0.4)
+    same = {f"p{i}": 0.5 for i in range(20)}
+    table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
+                                           ("gspo", "gspo"), ("gspo-replay", "gspo"))]
+    moe = moe_summary({"rl": runs}, table, _stab(runs), iters=200, confidence=0.95)
+    rows = {r["variant"]: r for r in moe["rows"]}
+    assert rows["grpo-replay"]["routing_replay"] and not rows["grpo"]["routing_replay"]
+    assert rows["grpo"]["volatility"] == pytest.approx(0.02)
+    assert {p["comparison"] for p in moe["pairs"]} >= {"GRPO without vs with Routing Replay",
+                                                        "GSPO vs GRPO, both without replay"}
+    assert "NOT reproduced" in moe["verdict"] and "Collapsed runs: grpo 0/2" in moe["verdict"]
+
+
+def test_the_moe_verdict_agrees_with_the_paper_when_only_grpo_without_replay_collapses():
+    runs = _moe_runs(grpo_reward_tail=0.01)
+    same = {f"p{i}": 0.5 for i in range(20)}
+    table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
+                                           ("gspo", "gspo"), ("gspo-replay", "gspo"))]
+    moe = moe_summary({"rl": runs}, table, _stab(runs), iters=200, confidence=0.95)
+    assert {r["variant"]: r["collapsed"] for r in moe["rows"]} == {
+        "grpo": 2, "grpo-replay": 0, "gspo": 0, "gspo-replay": 0}
+    assert "consistent with the paper" in moe["verdict"]
+
+
+def test_a_dense_experiment_has_no_moe_section():
+    runs = [_run("grpo", "grpo", 0), _run("gspo", "gspo", 0)]
+    assert moe_summary({"rl": runs}, [], _stab(runs), iters=100, confidence=0.95) is None
+
+
 @pytest.mark.slow
 def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(tmp_path_factory, tmp_path):
     from test_workflow import smoke_runs
@@ -69,11 +173,14 @@ def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(tmp_path_fa
     original = list(csv.DictReader((a / "results" / "smoke" / "report" / "final_scores.csv").open()))
     assert rebuilt == original
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["clip_frac_tokens"]) == {"grpo", "gspo"}
+    assert set(summary["clip_frac_tokens"]) == {"grpo", "gspo", "gspo-bf16-rollout"}
     stab = list(csv.DictReader((out / "stability.csv").open()))
-    assert {(s["algorithm"], s["seed"], s["status"]) for s in stab} == {
-        ("grpo", "0", "FINISHED"), ("grpo", "1", "FINISHED"),
-        ("gspo", "0", "FINISHED"), ("gspo", "1", "FINISHED")}
+    assert {(s["variant"], s["algorithm"], s["seed"], s["status"]) for s in stab} == {
+        (v, a, seed, "FINISHED") for v, a in (("grpo", "grpo"), ("gspo", "gspo"),
+                                              ("gspo-bf16-rollout", "gspo"))
+        for seed in ("0", "1")}
+    assert [r["variant"] for r in csv.DictReader((out / "variants.csv").open())] == \
+        ["gspo-bf16-rollout"] * 3
     assert "python -m pipeline.report --experiment smoke" in (out / "index.html").read_text()
 
 

@@ -112,13 +112,17 @@ def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
     base = exp_dir(a)
     report = base / "report"
     for name in ("index.html", "score_vs_compute.png", "reward_vs_compute.png",
-                 "clip_fraction.png", "final_scores.csv", "stability.csv"):
+                 "clip_fraction.png", "final_scores.csv", "stability.csv", "variants.csv",
+                 "moe.csv"):
         assert (report / name).stat().st_size > 0, name
     html = (report / "index.html").read_text()
     for text in ("Final scores", "Clip-fraction ratio", "Collapse rule", "Provenance",
-                 "snakemake", "Seeds: [0, 1]", "torch"):
+                 "snakemake", "Seeds: [0, 1]", "torch", "Variants against their baselines"):
         assert text in html, text
-    for alg in ("grpo", "gspo"):
+    # a dense experiment has no MoE section (moe.csv is its header alone)
+    assert "Mixture of experts" not in html and not (report / "moe.png").exists()
+    assert len((report / "moe.csv").read_text().splitlines()) == 1
+    for alg in ("grpo", "gspo", "gspo-bf16-rollout"):
         for seed in (0, 1):
             for budget in (50, 100):
                 for bench in ("aime", "lcb", "cf"):
@@ -128,9 +132,28 @@ def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
                     assert meta["compute_flops"] > 0
                     assert json.loads((d / "summary.json").read_text())["benchmarks"][bench]["n_problems"] > 0
     rows = (report / "final_scores.csv").read_text().splitlines()
-    assert rows[0].startswith("algorithm,benchmark,budget,step,seeds,pass_at_1,ci_low,ci_high")
-    assert {tuple(r.split(",")[:2]) for r in rows[1:]} == {
-        (alg, b) for alg in ("sft", "grpo", "gspo") for b in ("aime", "lcb", "cf")}
+    assert rows[0].startswith("variant,algorithm,benchmark,budget,step,seeds,pass_at_1,ci_low,ci_high")
+    assert {tuple(r.split(",")[:3]) for r in rows[1:]} == {
+        (v, a, b) for v, a in (("sft", "sft"), ("grpo", "grpo"), ("gspo", "gspo"),
+                               ("gspo-bf16-rollout", "gspo")) for b in ("aime", "lcb", "cf")}
+    # the variant is measured against plain GSPO, benchmark by benchmark
+    import csv
+
+    var = list(csv.DictReader((report / "variants.csv").open()))
+    assert {(r["variant"], r["baseline"], r["benchmark"]) for r in var} == {
+        ("gspo-bf16-rollout", "gspo", b) for b in ("aime", "lcb", "cf")}
+    for r in var:
+        assert float(r["diff_ci_low"]) <= float(r["diff"]) <= float(r["diff_ci_high"])
+        # the bf16 engine's log-probs are measurably off the float32 trainer's
+        assert float(r["logprob_gap_token"]) > float(r["baseline_logprob_gap_token"]) >= 0.0
+    # the variant never ran the old-log-prob pass; its baseline did, once per step
+    for run, passes in (("gspo-bf16-rollout", 0), ("gspo", 4)):
+        last = json.loads((base / "rl" / run / "seed0" / "metrics.jsonl").read_text().splitlines()[-1])
+        assert last["old_logprob_passes"] == passes
+    rl_cfg = yaml.safe_load((base / "config" / "rl" / "gspo-bf16-rollout-seed0.yaml").read_text())
+    assert rl_cfg["algorithm"] == "gspo" and rl_cfg["old_logprobs"] == "rollout"
+    assert rl_cfg["rollout"]["dtype"] == "bfloat16" and rl_cfg["rollout"]["engine"] == "torch"
+    assert rl_cfg["out_dir"].endswith("rl/gspo-bf16-rollout/seed0")
     # checkpoints are kept (they are not rule outputs) and logs live under results/<experiment>/
     assert (base / "rl" / "gspo" / "seed0" / "checkpoints" / "step_000002").is_dir()
     assert (base / "logs" / "rl" / "gspo-seed0.log").is_file()
@@ -148,18 +171,24 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
     for r in runs:
         by_stage.setdefault(r.data.tags["stage"], []).append(r)
     rl = by_stage["rl"]
-    assert sorted((r.data.tags["algorithm"], r.data.tags["seed"]) for r in rl) == [
-        ("grpo", "0"), ("grpo", "1"), ("gspo", "0"), ("gspo", "1")]
+    assert sorted((r.data.tags["variant"], r.data.tags["algorithm"], r.data.tags["seed"],
+                   r.data.tags["baseline"], r.info.run_name) for r in rl) == [
+        ("grpo", "grpo", "0", "", "grpo-seed0"), ("grpo", "grpo", "1", "", "grpo-seed1"),
+        ("gspo", "gspo", "0", "", "gspo-seed0"), ("gspo", "gspo", "1", "", "gspo-seed1"),
+        ("gspo-bf16-rollout", "gspo", "0", "gspo", "gspo-bf16-rollout-seed0"),
+        ("gspo-bf16-rollout", "gspo", "1", "gspo", "gspo-bf16-rollout-seed1")]
     assert len(by_stage["sft"]) == 1
-    # 2 budgets + the 0 % point, 3 benchmarks, 4 runs; plus the SFT model's 3
-    assert len(by_stage["eval"]) == 4 * 3 * 3 + 3
+    # 2 budgets + the 0 % point, 3 benchmarks, 6 runs; plus the SFT model's 3
+    assert len(by_stage["eval"]) == 6 * 3 * 3 + 3
+    assert {r.data.tags["variant"] for r in by_stage["eval"]} == {
+        "sft", "grpo", "gspo", "gspo-bf16-rollout"}
     for r in rl + by_stage["sft"]:
         assert r.info.status == "FINISHED"
         t = r.data.tags
         assert len(t["config_hash"]) == 16 and t["git_commit"] and t["experiment"] == "smoke"
         assert any(k.startswith("data_hash.") for k in t)
         assert "snakemake" in t["workflow_command"]
-    run = next(r for r in rl if r.data.tags["algorithm"] == "gspo" and r.data.tags["seed"] == "1")
+    run = next(r for r in rl if r.data.tags["variant"] == "gspo" and r.data.tags["seed"] == "1")
     assert run.data.params["algorithm"] == "gspo" and run.data.params["seed"] == "1"
     assert run.data.params["eps_low"] == "0.0003" and run.data.params["steps"] == "4"
 
@@ -193,7 +222,7 @@ def test_two_smoke_runs_from_scratch_give_identical_metrics(smoke):
     assert set(ma) >= {"sft/metrics.jsonl", "rl/grpo/seed0/metrics.jsonl", "rl/gspo/seed1/metrics.jsonl"}
     assert ma == mb
     ea, eb = _eval_summaries(a), _eval_summaries(b)
-    assert len(ea) == 3 + 4 * 2 * 3 and ea == eb
+    assert len(ea) == 3 + 6 * 2 * 3 and ea == eb
     # the MLflow stores agree as well (values at each step, timing aside)
     ca, cb = mlflow_client(a), mlflow_client(b)
 
@@ -201,7 +230,7 @@ def test_two_smoke_runs_from_scratch_give_identical_metrics(smoke):
         exp = cl.get_experiment_by_name("smoke")
         out = {}
         for r in cl.search_runs([exp.experiment_id], "tags.stage = 'rl'"):
-            key = (r.data.tags["algorithm"], r.data.tags["seed"])
+            key = (r.data.tags["variant"], r.data.tags["seed"])
             out[key] = {k: sorted((m.step, m.value) for m in cl.get_metric_history(r.info.run_id, k))
                         for k in r.data.metrics if not TIMING_KEYS.match(k)}
         return out
@@ -229,8 +258,8 @@ def test_changing_only_the_evaluation_settings_reruns_only_evaluation(smoke, tmp
     before = eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns
     r = snakemake(a, "-n", configfile=changed)
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs == {"eval_sft": 1, "eval_checkpoint": 8, "track_sft_evals": 1,
-                    "track_run_evals": 4, "aggregate": 1, "report": 1, "all": 1}, jobs
+    assert jobs == {"eval_sft": 1, "eval_checkpoint": 12, "track_sft_evals": 1,
+                    "track_run_evals": 6, "aggregate": 1, "report": 1, "all": 1}, jobs
     # a dry run leaves the recorded stage configs alone
     assert (eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns) == before
     assert "Nothing to be done" in (lambda r: r.stdout + r.stderr)(snakemake(a, "-n"))
@@ -244,8 +273,20 @@ def test_changing_the_rl_settings_reruns_rl_and_what_follows_but_not_sft(smoke, 
     changed = tmp_path / "smoke-rl.yaml"
     changed.write_text(yaml.safe_dump(cfg))
     jobs = _job_counts((lambda r: r.stdout + r.stderr)(snakemake(a, "-n", configfile=changed)))
-    assert jobs.get("rl") == 4 and "sft" not in jobs and "data" not in jobs
-    assert jobs.get("eval_checkpoint") == 8 and "eval_sft" not in jobs
+    assert jobs.get("rl") == 6 and "sft" not in jobs and "data" not in jobs
+    assert jobs.get("eval_checkpoint") == 12 and "eval_sft" not in jobs
+
+
+@pytest.mark.slow
+def test_changing_one_variants_settings_reruns_that_variant_alone(smoke, tmp_path):
+    a, _ = smoke
+    cfg = yaml.safe_load(SMOKE.read_text())
+    cfg["variants"]["gspo-bf16-rollout"]["rl"]["rollout"]["dtype"] = "float16"
+    changed = tmp_path / "smoke-variant.yaml"
+    changed.write_text(yaml.safe_dump(cfg))
+    jobs = _job_counts((lambda r: r.stdout + r.stderr)(snakemake(a, "-n", configfile=changed)))
+    assert jobs.get("rl") == 2 and jobs.get("eval_checkpoint") == 4, jobs
+    assert "sft" not in jobs and "eval_sft" not in jobs
 
 
 @pytest.mark.slow
@@ -295,8 +336,17 @@ def _bad_config(tmp_path, edit):
     (lambda c: c["sft"].update(model="/nonexistent/qwen3-base"),
      r"config: sft\.model: '/nonexistent/qwen3-base' is neither a model preset"),
     (lambda c: c["rl"].update(minibatches=5), r"config: rl\.minibatches: 5 does not divide"),
+    (lambda c: c["variants"].update(gspo={"algorithm": "gspo"}),
+     r"config: variants\.gspo: has the name of a plain algorithm"),
+    (lambda c: c["variants"]["gspo-bf16-rollout"].update(baseline="ppo"),
+     r"config: variants\.gspo-bf16-rollout\.baseline: 'ppo' is neither in algorithms nor in variants"),
+    (lambda c: c["variants"]["gspo-bf16-rollout"]["rl"].update(old_logprobs="cached"),
+     r"config: variants\.gspo-bf16-rollout\.rl\.old_logprobs: must be 'recompute' or 'rollout'"),
+    (lambda c: c["variants"]["gspo-bf16-rollout"]["rl"].update(seed=3),
+     r"config: variants\.gspo-bf16-rollout\.rl\.seed: is set by the workflow"),
 ], ids=["unknown-algorithm", "negative-budget", "missing-model", "missing-model-path",
-        "rl-field-checked-by-gspo-config"])
+        "rl-field-checked-by-gspo-config", "variant-named-like-an-algorithm",
+        "unknown-baseline", "variant-field-checked-by-gspo-config", "variant-sets-a-managed-field"])
 def test_a_bad_config_value_fails_before_any_job_runs_and_names_the_key(tmp_path, edit, message,
                                                                         request):
     cfg = _bad_config(tmp_path, edit)
@@ -361,3 +411,60 @@ def test_snakemake_report_bundles_the_registered_report(smoke, tmp_path):
     text = out.read_text(errors="replace")
     assert out.stat().st_size > 10_000
     assert "score_vs_compute.png" in text and "final_scores.csv" in text
+
+
+def test_the_precision_experiment_plans_bf16_rollout_variants_beside_their_recompute_baselines(tmp_path):
+    r = snakemake(tmp_path, "-n", configfile=ROOT / "config" / "precision.yaml", timeout=300)
+    jobs = _job_counts(r.stdout + r.stderr)
+    assert jobs["rl"] == 4 * 2 and jobs["eval_checkpoint"] == 8 * 2
+    cfgs = tmp_path / "results" / "precision" / "config"
+    for alg in ("grpo", "gspo"):
+        base = yaml.safe_load((cfgs / "rl" / f"{alg}-seed0.yaml").read_text())
+        var = yaml.safe_load((cfgs / "rl" / f"{alg}-bf16-rollout-seed0.yaml").read_text())
+        assert base["old_logprobs"] == "recompute" and base["rollout"]["dtype"] == "float32"
+        assert var["old_logprobs"] == "rollout" and var["rollout"]["dtype"] == "bfloat16"
+        # everything else, the algorithm's own clip range included, is the baseline's
+        diff = {k for k in base if base[k] != var[k]}
+        assert diff == {"old_logprobs", "rollout", "out_dir"}, diff
+    report = yaml.safe_load((cfgs / "report.yaml").read_text())
+    assert report["variants"]["gspo-bf16-rollout"]["baseline"] == "gspo"
+
+
+def test_the_moe_ablation_plans_grpo_and_gspo_with_and_without_routing_replay(tmp_path):
+    r = snakemake(tmp_path, "-n", configfile=ROOT / "config" / "moe.yaml", timeout=300)
+    jobs = _job_counts(r.stdout + r.stderr)
+    assert jobs["rl"] == 4 * 2
+    cfgs = tmp_path / "results" / "moe" / "config"
+    assert yaml.safe_load((cfgs / "sft.yaml").read_text())["model"] == "tiny-moe"
+    replay = {v: yaml.safe_load((cfgs / "rl" / f"{v}-seed1.yaml").read_text())["routing_replay"]
+              for v in ("grpo", "gspo", "grpo-replay", "gspo-replay")}
+    assert replay == {"grpo": False, "gspo": False, "grpo-replay": True, "gspo-replay": True}
+
+
+@pytest.mark.slow
+def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_section(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config" / "moe.yaml").read_text())
+    smoke = yaml.safe_load(SMOKE.read_text())
+    cfg.update(experiment="moe-smoke", seeds=[0], budgets=[0, 100], benchmarks=["aime"],
+               train_tasks={"aime": 1.0}, data={"aime": smoke["data"]["aime"]},
+               sft={**smoke["sft"], "model": "tiny-moe"}, rl={**smoke["rl"], "moe_metrics": True},
+               eval={**smoke["eval"], "lcb": {}, "cf": {}}, report=smoke["report"])
+    path = tmp_path / "moe-smoke.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    snakemake(tmp_path, "--cores", "2", configfile=path)
+    report = tmp_path / "results" / "moe-smoke" / "report"
+    import csv
+
+    rows = {r["variant"]: r for r in csv.DictReader((report / "moe.csv").open())}
+    assert set(rows) == {"grpo", "gspo", "grpo-replay", "gspo-replay"}
+    assert {v: r["routing_replay"] for v, r in rows.items()} == {
+        "grpo": "False", "gspo": "False", "grpo-replay": "True", "gspo-replay": "True"}
+    for r in rows.values():
+        assert 0.0 <= float(r["volatility"]) <= 1.0 and 0.0 < float(r["load_entropy"]) <= 1.0
+    # the replay cache's size is measured where replay is on
+    assert float(rows["grpo-replay"]["routing_cache_mb"]) > 0
+    html = (report / "index.html").read_text()
+    assert "Mixture of experts" in html and "Verdict:" in html and "GRPO without vs with Routing Replay" in html
+    assert (report / "moe.png").stat().st_size > 0
+    variants = {r["variant"]: r["baseline"] for r in csv.DictReader((report / "variants.csv").open())}
+    assert variants == {"grpo-replay": "grpo", "gspo-replay": "gspo"}

@@ -86,6 +86,15 @@ def tracking_uri(config: dict, root: pathlib.Path) -> str:
     return uri
 
 
+def deep_merge(base: dict, over: dict) -> dict:
+    """`base` with `over` laid on top; nested mappings merge key by key (so a variant can set
+    rl.rollout.dtype and keep rl.rollout.engine)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def regex_of(values) -> str:
     """A wildcard constraint matching exactly one of `values`."""
     import re
@@ -106,6 +115,10 @@ class Plan:
         self.experiment = config["experiment"]
         self.base = f"results/{self.experiment}"
         self.algorithms = list(config["algorithms"])
+        # The compared runs: each plain algorithm, then each configured variant (an algorithm
+        # with RLConfig overrides and the run it is measured against). Rules, paths and MLflow
+        # run names use the variant's name; its algorithm is a tag.
+        self.variants = self._variants()
         self.seeds = [int(s) for s in config["seeds"]]
         self.budgets = sorted(int(b) for b in config["budgets"])
         self.benchmarks = list(config["benchmarks"])
@@ -122,7 +135,7 @@ class Plan:
         self._check_budgets()
         nonzero = [s for s in self.steps_of.values() if s > 0]
         self.ckpt_every = math.gcd(*nonzero)
-        self.rl_cfgs = {(a, s): self._rl_config(a, s) for a in self.algorithms for s in self.seeds}
+        self.rl_cfgs = {(v, s): self._rl_config(v, s) for v in self.variants for s in self.seeds}
         self.eval_cfgs = {b: self._eval_config(b) for b in self.benchmarks}
         self.report_cfg = dict(config["report"])
         self.tracking_uri = tracking_uri(config, self.workdir)
@@ -142,6 +155,34 @@ class Plan:
         for t, w in self.train_tasks.items():
             if w <= 0:
                 self._fail(f"train_tasks.{t}", f"weight must be > 0, got {w}")
+
+    def _variants(self) -> dict[str, dict]:
+        """{name: {algorithm, baseline, description, rl}} in config order, plain algorithms
+        first; a baseline "" resolves to the variant named after the algorithm, when present."""
+        out = {a: {"algorithm": a, "baseline": "", "description": "", "rl": {}}
+               for a in self.algorithms}
+        for name, v in (self.config.get("variants") or {}).items():
+            if name in out:
+                self._fail(f"variants.{name}", "has the name of a plain algorithm in "
+                           "`algorithms`; give the variant another name")
+            if name == "sft":
+                self._fail(f"variants.{name}", "'sft' names the SFT model's evaluations; "
+                           "give the variant another name")
+            out[name] = {"algorithm": v.get("algorithm", "gspo"), "baseline": v.get("baseline", ""),
+                         "description": v.get("description", ""), "rl": v.get("rl") or {}}
+        if not out:
+            self._fail("algorithms", "and variants are both empty: nothing to train")
+        for name, v in out.items():
+            if name in self.algorithms:
+                continue
+            base = v["baseline"] or (v["algorithm"] if v["algorithm"] in out else "")
+            if base and base not in out:
+                self._fail(f"variants.{name}.baseline", f"{base!r} is neither in algorithms nor "
+                           f"in variants ({', '.join(out)})")
+            if base == name:
+                self._fail(f"variants.{name}.baseline", "a variant cannot be its own baseline")
+            v["baseline"] = base
+        return out
 
     def _check_budgets(self):
         seen = {}
@@ -211,16 +252,22 @@ class Plan:
                  eval_data=self.data_file("aime", "test") if "aime" in self.data_tasks else "")
         return self._typed(SFTConfig, d, "sft")
 
-    def _rl_config(self, algorithm: str, seed: int) -> RLConfig:
-        d = {k: v for k, v in self.config["rl"].items() if k != "per_algorithm"}
-        d.update((self.config["rl"].get("per_algorithm") or {}).get(algorithm) or {})
+    def _rl_config(self, variant: str, seed: int) -> RLConfig:
+        v = self.variants[variant]
+        algorithm = v["algorithm"]
+        d = {k: val for k, val in self.config["rl"].items() if k != "per_algorithm"}
+        d = deep_merge(d, (self.config["rl"].get("per_algorithm") or {}).get(algorithm) or {})
         for k in RL_MANAGED:
             if k in d:
                 self._fail(f"rl.{k}", "is set by the workflow (per algorithm and seed); leave it out")
+            if k in v["rl"]:
+                self._fail(f"variants.{variant}.rl.{k}", "is set by the workflow; leave it out")
+        d = deep_merge(d, v["rl"])
         d.update(algorithm=algorithm, seed=seed, model=f"{self.base}/sft/model",
-                 out_dir=self.rl_dir(algorithm, seed), train_data=self._mix("rl"),
+                 out_dir=self.rl_dir(variant, seed), train_data=self._mix("rl"),
                  ckpt_every=self.ckpt_every)
-        return self._typed(RLConfig, d, "rl")
+        key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
+        return self._typed(RLConfig, d, key)
 
     def _eval_config(self, bench: str) -> dict:
         ev = self.config["eval"]
@@ -234,8 +281,8 @@ class Plan:
     def cfg_path(self, name: str) -> str:
         return f"{self.base}/config/{name}.yaml"
 
-    def rl_dir(self, algorithm: str, seed) -> str:
-        return f"{self.base}/rl/{algorithm}/seed{seed}"
+    def rl_dir(self, variant: str, seed) -> str:
+        return f"{self.base}/rl/{variant}/seed{seed}"
 
     def stage_texts(self) -> dict[str, str]:
         """{config file: content} of every stage."""
@@ -249,6 +296,8 @@ class Plan:
         out[self.cfg_path("report")] = dump({
             **self.report_cfg, "experiment": self.experiment, "algorithms": self.algorithms,
             "seeds": self.seeds, "budgets": self.budgets, "benchmarks": self.benchmarks,
+            "variants": {n: {k: v[k] for k in ("algorithm", "baseline", "description")}
+                         for n, v in self.variants.items()},
             "budget_steps": {str(b): s for b, s in self.steps_of.items()},
             "rl_steps": self.rl_steps})
         return out
@@ -274,7 +323,7 @@ class Plan:
         return self.config_sha(self.cfg_path(name))
 
     def rl_sha_param(self, wildcards) -> str:
-        return self.config_sha(self.cfg_path(f"rl/{wildcards.algorithm}-seed{wildcards.seed}"))
+        return self.config_sha(self.cfg_path(f"rl/{wildcards.variant}-seed{wildcards.seed}"))
 
     def eval_sha_param(self) -> str:
         return sha("".join(self.config_sha(p) for p in self.eval_configs()))
@@ -284,7 +333,7 @@ class Plan:
 
     def eval_outputs(self, what: str, name: str) -> list[str]:
         """`name` of each benchmark under results/{experiment}/eval/<what>/ (`what` may hold
-        wildcards such as {algorithm}/seed{seed}/b{budget})."""
+        wildcards such as {variant}/seed{seed}/b{budget})."""
         return [f"results/{{experiment}}/eval/{what}/{b}/{name}" for b in self.benchmarks]
 
     def step_param(self, wildcards) -> int:
@@ -298,10 +347,10 @@ class Plan:
         return [self.data_file(t, "rl") for t in self.train_tasks]
 
     def rl_dirs(self) -> list[str]:
-        return [self.rl_dir(a, s) for a in self.algorithms for s in self.seeds]
+        return [self.rl_dir(v, s) for v in self.variants for s in self.seeds]
 
-    def eval_out(self, algorithm, seed, budget, bench) -> str:
-        return f"{self.base}/eval/{algorithm}/seed{seed}/b{budget}/{bench}"
+    def eval_out(self, variant, seed, budget, bench) -> str:
+        return f"{self.base}/eval/{variant}/seed{seed}/b{budget}/{bench}"
 
     def sft_eval_summaries(self) -> list[str]:
         return [f"{self.base}/eval/sft/{b}/summary.json" for b in self.benchmarks]
@@ -314,7 +363,7 @@ class Plan:
         return self.sft_eval_summaries() if 0 in self.budgets else []
 
     def run_eval_summaries(self, wildcards) -> list[str]:
-        return [f"{self.eval_out(wildcards.algorithm, wildcards.seed, b, bench)}/summary.json"
+        return [f"{self.eval_out(wildcards.variant, wildcards.seed, b, bench)}/summary.json"
                 for b in self.nonzero_budgets() for bench in self.benchmarks]
 
     def nonzero_budgets(self) -> list[int]:
@@ -326,14 +375,18 @@ class Plan:
     def tracked(self) -> list[str]:
         """The track_* outputs: every evaluation recorded in MLflow."""
         return [f"{self.base}/eval/sft/mlflow.json"] + [
-            f"{self.base}/eval/{a}/seed{s}/mlflow.json" for a in self.algorithms
+            f"{self.base}/eval/{v}/seed{s}/mlflow.json" for v in self.variants
             for s in self.seeds]
 
     def report_outputs(self) -> dict[str, str]:
         r = f"{self.base}/report"
         return {"html": f"{r}/index.html", "score": f"{r}/score_vs_compute.png",
                 "reward": f"{r}/reward_vs_compute.png", "clip": f"{r}/clip_fraction.png",
-                "table": f"{r}/final_scores.csv", "stability": f"{r}/stability.csv"}
+                "table": f"{r}/final_scores.csv", "stability": f"{r}/stability.csv",
+                "variants": f"{r}/variants.csv", "moe": f"{r}/moe.csv"}
+
+    def baseline_param(self, wildcards) -> str:
+        return self.variants[wildcards.variant]["baseline"]
 
     def job_env(self, argv: list[str] | None = None) -> dict[str, str]:
         """What every job inherits: `python` = this interpreter, `gspo_workflow` importable, and

@@ -10,19 +10,22 @@ MLflow layout (one experiment per config, named by its `experiment` key):
     run "sft"              stage=sft   params: resolved SFTConfig; metrics by step: loss, lr,
                                        grad_norm, compute_flops, tokens_trained, greedy_accuracy
       eval-sft-seed0-b0-<bench>   stage=eval (nested), artifacts summary.json + results.jsonl
-    run "<alg>-seed<s>"    stage=rl    params: resolved RLConfig; metrics by step: reward_mean,
+    run "<variant>-seed<s>" stage=rl   params: resolved RLConfig; metrics by step: reward_mean,
                                        clip_frac_tokens(_offpolicy), compute_flops (cumulative
                                        FLOPs, 0 at step 0), entropy, timing, ...;
                                        eval/<bench>/pass_at_1 (+ _ci_low/_ci_high, pass_at_<k>,
                                        cf rating) at each checkpoint's step (0 = the SFT model);
                                        eval_by_gflops/<bench>/pass_at_1 at step = cumulative RL
                                        training GFLOPs
-      eval-<alg>-seed<s>-b<budget>-<bench>  stage=eval (nested), one per checkpoint x benchmark
+      eval-<variant>-seed<s>-b<budget>-<bench>  stage=eval (nested), one per checkpoint x
+                                       benchmark
     run "aggregate"        stage=aggregate, artifacts scores.json / scores.csv / workflow.yaml
     run "report"           stage=report, artifacts report/ (HTML, PNG, CSV)
 
 Every stage run is tagged algorithm, seed, config_hash, git_commit, data_hash.<file>,
-version.<package>, command, experiment, workflow_command. In the UI, select the RL runs of the
+version.<package>, command, experiment, workflow_command; RL and eval runs also variant (the
+compared run's name: the algorithm itself, or a configured variant such as gspo-bf16-rollout) and
+baseline (the variant it is measured against, "" for none). In the UI, select the RL runs of the
 experiment and add a line chart of eval/<bench>/pass_at_1: x-axis "Step" gives score against
 RL step; x-axis "Metric: compute_flops" (logged at the same steps) gives score against compute;
 or chart eval_by_gflops/<bench>/pass_at_1, whose step axis is GFLOPs already.
@@ -148,12 +151,15 @@ def cmd_rl(args):
     elif has_state:
         print(f"rl: {out}: same lineage, resuming from the latest checkpoint if any")
     write_json(lfile, lineage)
-    os.environ["GSPO_MLFLOW_RUN_NAME"] = f"{cfg.algorithm}-seed{cfg.seed}"
+    variant = args.variant or cfg.algorithm
+    os.environ["GSPO_MLFLOW_RUN_NAME"] = f"{variant}-seed{cfg.seed}"
+    _add_tags(variant=variant, baseline=args.baseline)
     t0 = time.time()
     run_rl(cfg)
     run = json.loads((out / RUN_FILE).read_text()) if (out / RUN_FILE).is_file() else {}
     rows = read_metrics(out / "metrics.jsonl")
-    write_json(args.done, {"algorithm": cfg.algorithm, "seed": cfg.seed, "steps": cfg.steps,
+    write_json(args.done, {"algorithm": cfg.algorithm, "variant": variant, "seed": cfg.seed,
+                           "steps": cfg.steps,
                            "mlflow_run_id": run.get("run_id"), "seconds": time.time() - t0,
                            "compute_flops": rows[-1]["compute_flops"] if rows else 0.0,
                            "final_reward_mean": rows[-1]["reward_mean"] if rows else None})
@@ -241,13 +247,21 @@ def _run_id(folder: pathlib.Path) -> str | None:
     return json.loads(p.read_text())["run_id"] if p.is_file() else None
 
 
+def _add_tags(**tags) -> None:
+    """Extra MLflow tags for the runs this process creates (gspo.tracking reads them)."""
+    extra = json.loads(os.environ.get("GSPO_MLFLOW_TAGS") or "{}")
+    extra.update(tags)
+    os.environ["GSPO_MLFLOW_TAGS"] = json.dumps(extra)
+
+
 def log_eval_run(cl, exp: str, *, bench, summary, src: pathlib.Path, ev: dict, algorithm, seed,
-                 budget, step, compute, parent: str | None, model: str) -> str:
+                 budget, step, compute, parent: str | None, model: str, variant=None) -> str:
     """One MLflow run (stage=eval) for one evaluated checkpoint and benchmark, nested under the
     run that trained the checkpoint, with summary.json and results.jsonl as artifacts."""
     from gspo import tracking
 
-    tags = {"stage": "eval", "algorithm": str(algorithm), "seed": str(seed),
+    tags = {"stage": "eval", "algorithm": str(algorithm), "variant": str(variant or algorithm),
+            "seed": str(seed),
             "budget": str(budget), "benchmark": bench, "step": str(step), "model": model,
             "eval_config_sha": _sha_text(ev)}
     if parent:
@@ -257,7 +271,7 @@ def log_eval_run(cl, exp: str, *, bench, summary, src: pathlib.Path, ev: dict, a
     if extra:
         tags.update({k: str(v) for k, v in json.loads(extra).items()})
     run = tracking.retry(cl.create_run, exp, tags=tags,
-                         run_name=f"eval-{algorithm}-seed{seed}-b{budget}-{bench}")
+                         run_name=f"eval-{variant or algorithm}-seed{seed}-b{budget}-{bench}")
     rid = run.info.run_id
     tracking.log_params(cl, rid, tracking.flatten(ev))
     tracking.log_metrics(cl, rid, [(step, {**eval_metrics(bench, summary, ""),
@@ -269,11 +283,11 @@ def log_eval_run(cl, exp: str, *, bench, summary, src: pathlib.Path, ev: dict, a
     return rid
 
 
-def _delete_eval_runs(cl, exp: str, algorithm, seed) -> None:
-    """Forget the previous eval runs of (algorithm, seed): a re-run records them afresh."""
+def _delete_eval_runs(cl, exp: str, variant, seed) -> None:
+    """Forget the previous eval runs of (variant, seed): a re-run records them afresh."""
     from gspo import tracking
 
-    flt = f"tags.stage = 'eval' and tags.algorithm = '{algorithm}' and tags.seed = '{seed}'"
+    flt = f"tags.stage = 'eval' and tags.variant = '{variant}' and tags.seed = '{seed}'"
     for old in tracking.retry(cl.search_runs, [exp], flt, max_results=1000):
         tracking.retry(cl.delete_run, old.info.run_id)
 
@@ -301,7 +315,7 @@ def _sha_text(obj) -> str:
 
 
 def cmd_eval(args):
-    """Evaluate the checkpoint of (algorithm, seed) at `--step` on every benchmark config;
+    """Evaluate the checkpoint of (variant, seed) at `--step` on every benchmark config;
     writes <out-root>/<bench>/{results.jsonl, summary.json, checkpoint.json}."""
     from gspo.io import write_json
 
@@ -314,9 +328,11 @@ def cmd_eval(args):
                          "divide every budget's step; the workflow sets it so)")
     _evaluate(evs, model, root, args.threads)
     compute = _compute_at(rl_dir, args.step)
+    algorithm = json.loads((rl_dir / "done.json").read_text())["algorithm"]
     for ev in evs:
         write_json(root / ev["benchmark"] / "checkpoint.json",
-                   {"algorithm": args.algorithm, "seed": args.seed, "budget": args.budget,
+                   {"algorithm": algorithm, "variant": args.variant, "seed": args.seed,
+                    "budget": args.budget,
                     "step": args.step, "compute_flops": compute, "model": model,
                     "benchmark": ev["benchmark"]})
 
@@ -378,11 +394,12 @@ def cmd_track_run(args):
     cl, exp = _tracking()
     evs = _configs_by_bench(args.configs)
     rid = _run_id(pathlib.Path(args.rl_dir))
+    algorithm = json.loads((pathlib.Path(args.rl_dir) / "done.json").read_text())["algorithm"]
     record = {"rl_run_id": rid, "eval_runs": {}}
     if cl is not None and rid is None:
         print(f"warning: {args.rl_dir} has no MLflow run; evaluations not recorded")
     if cl is not None and rid is not None:
-        _delete_eval_runs(cl, exp, args.algorithm, args.seed)
+        _delete_eval_runs(cl, exp, args.variant, args.seed)
         items = []
         for path in args.initial:
             summary = json.loads(pathlib.Path(path).read_text())
@@ -397,7 +414,7 @@ def cmd_track_run(args):
             bench = next(iter(summary["benchmarks"]))
             record["eval_runs"][f"b{meta['budget']}/{bench}"] = log_eval_run(
                 cl, exp, bench=bench, summary=summary, src=src, ev=evs[bench],
-                algorithm=args.algorithm, seed=args.seed, budget=meta["budget"],
+                algorithm=algorithm, variant=args.variant, seed=args.seed, budget=meta["budget"],
                 step=meta["step"], compute=meta["compute_flops"], parent=rid, model=meta["model"])
             log_into_training_run(cl, rid, bench, summary, meta["step"], meta["compute_flops"],
                                   with_compute=meta["step"] == 0)
@@ -434,10 +451,12 @@ def main(argv=None):
     p.add_argument("--config", required=True)
     p.add_argument("--sft-summary", required=True)
     p.add_argument("--done", required=True)
+    p.add_argument("--variant", default="", help="the compared run's name (default: the algorithm)")
+    p.add_argument("--baseline", default="", help="the variant this one is measured against")
     p.add_argument("--threads", type=int, default=0)
     p = sub.add_parser("eval")
     p.add_argument("--configs", nargs="+", required=True)
-    for k in ("--rl-dir", "--out-root", "--algorithm"):
+    for k in ("--rl-dir", "--out-root", "--variant"):
         p.add_argument(k, required=True)
     for k in ("--step", "--budget", "--seed"):
         p.add_argument(k, type=int, required=True)
@@ -453,7 +472,7 @@ def main(argv=None):
     p.add_argument("--configs", nargs="+", required=True)
     p.add_argument("--out", required=True)
     p = sub.add_parser("track-run")
-    for k in ("--rl-dir", "--algorithm", "--out"):
+    for k in ("--rl-dir", "--variant", "--out"):
         p.add_argument(k, required=True)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--initial", nargs="*", default=[])

@@ -20,6 +20,6 @@ PLAN.export_env()
 
 wildcard_constraints:
     experiment=plan.regex_of([PLAN.experiment]),
-    algorithm=plan.regex_of(PLAN.algorithms),
+    variant=plan.regex_of(PLAN.variants),
     seed=r"\d+",
     budget=r"[1-9]\d*",

@@ -1,5 +1,5 @@
 # Evaluation: the SFT model (every run's 0 % budget, results/<exp>/eval/sft/<bench>/), then each
-# run's checkpoint at every other budget (results/<exp>/eval/<alg>/seed<s>/b<budget>/<bench>/).
+# run's checkpoint at every other budget (results/<exp>/eval/<variant>/seed<s>/b<budget>/<bench>/).
 #
 # One job evaluates one checkpoint on all benchmarks: starting a process that loads torch and
 # transformers costs 5-10 s on 2 cores, more than a tiny checkpoint's whole evaluation, so the
@@ -34,26 +34,26 @@ rule eval_sft:
 rule eval_checkpoint:
     input:
         configs=PLAN.eval_configs(),
-        done="results/{experiment}/rl/{algorithm}/seed{seed}/done.json",
+        done="results/{experiment}/rl/{variant}/seed{seed}/done.json",
         data=PLAN.test_files(),
     output:
-        summaries=PLAN.eval_outputs("{algorithm}/seed{seed}/b{budget}", "summary.json"),
-        results=PLAN.eval_outputs("{algorithm}/seed{seed}/b{budget}", "results.jsonl"),
-        meta=PLAN.eval_outputs("{algorithm}/seed{seed}/b{budget}", "checkpoint.json"),
+        summaries=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "summary.json"),
+        results=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "results.jsonl"),
+        meta=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "checkpoint.json"),
     params:
         config_sha=PLAN.eval_sha_param(),
         step=PLAN.step_param,
     log:
-        "results/{experiment}/logs/eval/{algorithm}-seed{seed}-b{budget}.log",
+        "results/{experiment}/logs/eval/{variant}-seed{seed}-b{budget}.log",
     benchmark:
-        "results/{experiment}/benchmarks/eval/{algorithm}-seed{seed}-b{budget}.tsv"
+        "results/{experiment}/benchmarks/eval/{variant}-seed{seed}-b{budget}.tsv"
     threads: 1
     conda:
         "../../environment.yml"
     shell:
         "exec python -m gspo_workflow.steps eval --configs {input.configs} --rl-dir $(dirname {input.done})"
-        " --out-root results/{wildcards.experiment}/eval/{wildcards.algorithm}/seed{wildcards.seed}/b{wildcards.budget}"
-        " --algorithm {wildcards.algorithm} --seed {wildcards.seed} --budget {wildcards.budget}"
+        " --out-root results/{wildcards.experiment}/eval/{wildcards.variant}/seed{wildcards.seed}/b{wildcards.budget}"
+        " --variant {wildcards.variant} --seed {wildcards.seed} --budget {wildcards.budget}"
         " --step {params.step} --threads {threads} > {log} 2>&1"
 
 
@@ -75,17 +75,17 @@ rule track_sft_evals:
 
 rule track_run_evals:
     input:
-        done="results/{experiment}/rl/{algorithm}/seed{seed}/done.json",
+        done="results/{experiment}/rl/{variant}/seed{seed}/done.json",
         initial=PLAN.initial_eval_inputs,
         summaries=PLAN.run_eval_summaries,
         configs=PLAN.eval_configs(),
     output:
-        "results/{experiment}/eval/{algorithm}/seed{seed}/mlflow.json",
+        "results/{experiment}/eval/{variant}/seed{seed}/mlflow.json",
     log:
-        "results/{experiment}/logs/track/{algorithm}-seed{seed}.log",
+        "results/{experiment}/logs/track/{variant}-seed{seed}.log",
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps track-run --rl-dir $(dirname {input.done}) --algorithm {wildcards.algorithm}"
+        "exec python -m gspo_workflow.steps track-run --rl-dir $(dirname {input.done}) --variant {wildcards.variant}"
         " --seed {wildcards.seed} --initial {input.initial} --summaries {input.summaries}"
         " --configs {input.configs} --out {output} > {log} 2>&1"

@@ -54,6 +54,16 @@ rule report:
             caption="../report/stability.rst",
             category="Tables",
         ),
+        variants=report(
+            "results/{experiment}/report/variants.csv",
+            caption="../report/variants.rst",
+            category="Tables",
+        ),
+        moe=report(
+            "results/{experiment}/report/moe.csv",
+            caption="../report/moe.rst",
+            category="Tables",
+        ),
     log:
         "results/{experiment}/logs/report.log",
     conda:

@@ -1,4 +1,5 @@
-# One RL run per (algorithm, seed) from the SFT model.
+# One RL run per (variant, seed) from the SFT model; a plain algorithm is the variant named after
+# it, a configured variant is an algorithm with RLConfig overrides (config `variants`).
 #
 # Only done.json is declared as output: the run's checkpoints/ and metrics.jsonl are not, so
 # Snakemake never deletes them. An interrupted run is re-run (with --rerun-incomplete when
@@ -8,21 +9,23 @@
 
 rule rl:
     input:
-        config="results/{experiment}/config/rl/{algorithm}-seed{seed}.yaml",
+        config="results/{experiment}/config/rl/{variant}-seed{seed}.yaml",
         model="results/{experiment}/sft/model",
         sft_summary="results/{experiment}/sft/summary.json",
         data=PLAN.rl_data,
     output:
-        done="results/{experiment}/rl/{algorithm}/seed{seed}/done.json",
+        done="results/{experiment}/rl/{variant}/seed{seed}/done.json",
     params:
         config_sha=PLAN.rl_sha_param,
+        baseline=PLAN.baseline_param,
     log:
-        "results/{experiment}/logs/rl/{algorithm}-seed{seed}.log",
+        "results/{experiment}/logs/rl/{variant}-seed{seed}.log",
     benchmark:
-        "results/{experiment}/benchmarks/rl/{algorithm}-seed{seed}.tsv"
+        "results/{experiment}/benchmarks/rl/{variant}-seed{seed}.tsv"
     threads: 1
     conda:
         "../../environment.yml"
     shell:
         "exec python -m gspo_workflow.steps rl --config {input.config} --sft-summary {input.sft_summary}"
-        " --done {output.done} --threads {threads} > {log} 2>&1"
+        " --variant {wildcards.variant} --baseline={params.baseline:q} --done {output.done}"
+        " --threads {threads} > {log} 2>&1"
