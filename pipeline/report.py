@@ -316,7 +316,8 @@ def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
         fin = rows_of.get((var, bench), {})
         rows.append({
             "variant": var, "algorithm": runs[0]["algorithm"],
-            "routing_replay": str(runs[0]["params"].get("routing_replay", "False")) == "True",
+            # params are flattened JSON values ("true"), older stores may hold "True"
+            "routing_replay": str(runs[0]["params"].get("routing_replay", "")).lower() == "true",
             "seeds": len(runs), "volatility": statistics.mean(vol) if vol else None,
             "volatility_seed_min": min(vol) if vol else None,
             "volatility_seed_max": max(vol) if vol else None,
@@ -325,7 +326,8 @@ def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
             "routing_cache_mb": (_mean_of(runs, "moe/routing_cache_bytes") or 0) / 2**20,
             "collapsed": sum(x["collapsed"] for x in st), "benchmark": bench,
             "pass_at_1": fin.get("pass_at_1"), "ci_low": fin.get("ci_low"),
-            "ci_high": fin.get("ci_high")})
+            "ci_high": fin.get("ci_high"), "vs_sft": fin.get("vs_sft"),
+            "vs_sft_ci_low": fin.get("vs_sft_ci_low"), "vs_sft_ci_high": fin.get("vs_sft_ci_high")})
 
     def find(alg, replay):
         return next((r for r in rows if r["algorithm"] == alg and r["routing_replay"] == replay), None)
@@ -341,12 +343,14 @@ def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
             if d:
                 pairs.append({"comparison": what, "variant": a["variant"], "against": b["variant"],
                               "benchmark": bench, **d})
-    return {"rows": rows, "pairs": pairs, "benchmark": bench,
-            "verdict": moe_verdict(rows, pairs, confidence)}
+    lines = moe_verdict(rows, pairs, confidence)
+    return {"rows": rows, "pairs": pairs, "benchmark": bench, "verdict": " ".join(lines),
+            "verdict_lines": lines}
 
 
-def moe_verdict(rows: list[dict], pairs: list[dict], confidence: float) -> str:
-    """A plain statement of what the ablation shows, against the paper's claim."""
+def moe_verdict(rows: list[dict], pairs: list[dict], confidence: float) -> list[str]:
+    """A plain statement, sentence by sentence, of what the ablation shows against the paper's
+    claim."""
     grpo_plain = [r for r in rows if r["algorithm"] == "grpo" and not r["routing_replay"]]
     others = [r for r in rows if r not in grpo_plain]
     seeds = sorted({r["seeds"] for r in rows})
@@ -357,6 +361,15 @@ def moe_verdict(rows: list[dict], pairs: list[dict], confidence: float) -> str:
         lines.append(f"Expert-activation volatility here: {min(vol):.1%} to {max(vol):.1%} of "
                      "(token, layer) top-k sets change per step (the paper: about 10% after one "
                      "update in a 48-layer model).")
+    vs = [r for r in rows if r.get("vs_sft") is not None]
+    if vs:
+        up = [r["variant"] for r in vs if r["vs_sft_ci_low"] > 0]
+        down = [r["variant"] for r in vs if r["vs_sft_ci_high"] < 0]
+        lines.append(f"Against the SFT model ({rows[0]['benchmark']} pass@1, paired): "
+                     f"significantly better: {', '.join(up) or 'none'}; significantly worse: "
+                     f"{', '.join(down) or 'none'}; the rest within the noise"
+                     + (" (RL did not improve on the SFT model at this budget, so the "
+                        "comparison says little about learning speed)." if not up else "."))
     coll = {r["variant"]: f"{r['collapsed']}/{r['seeds']}" for r in rows}
     lines.append("Collapsed runs: " + ", ".join(f"{k} {v}" for k, v in coll.items()) + ".")
     sig = []
@@ -387,7 +400,7 @@ def moe_verdict(rows: list[dict], pairs: list[dict], confidence: float) -> str:
             "experts, top-8), longer runs at a learning rate where volatility reaches ~10% per "
             "update, and more seeds to narrow the intervals (config/moe.yaml documents the knobs; "
             "config/real-scale.yaml shows a real Qwen3-MoE checkpoint).")
-    return " ".join(lines)
+    return lines
 
 
 # -- figures ---------------------------------------------------------------------------------------
@@ -514,11 +527,11 @@ def _fmt(v, digits=3):
     return html.escape(str(v))
 
 
-def _table(rows: list[dict], cols: list[str]) -> str:
+def _table(rows: list[dict], cols: list[str], digits: int = 3) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c), digits)}</td>" for c in cols) + "</tr>"
                    for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
 
 
 def _provenance(data: dict, workflow_yaml: str | None) -> dict:
@@ -627,7 +640,8 @@ VCOLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_at_1",
          "baseline_logprob_gap_seq"]
 MOE_COLS = ["variant", "algorithm", "routing_replay", "seeds", "volatility",
             "volatility_seed_min", "volatility_seed_max", "load_entropy", "max_expert_share",
-            "routing_cache_mb", "collapsed", "benchmark", "pass_at_1", "ci_low", "ci_high"]
+            "routing_cache_mb", "collapsed", "benchmark", "pass_at_1", "ci_low", "ci_high",
+            "vs_sft", "vs_sft_ci_low", "vs_sft_ci_high"]
 
 
 def _variants_html(comps: list[dict]) -> list[str]:
@@ -644,7 +658,15 @@ def _variants_html(comps: list[dict]) -> list[str]:
         "shared machine make wall times noisy; the old-log-prob pass time and the compute ratio "
         "(cumulative FLOPs) show the saving directly. <code>logprob_gap_*</code>: mean |engine "
         "log-prob - trainer log-prob| per token and per sequence (length-normalised).</p>",
-        _table(comps, VCOLS)]
+        "<h3>Scores</h3>",
+        _table(comps, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
+                       "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "n_problems"]),
+        "<h3>Cost and likelihood gap</h3>",
+        _table(list({c["variant"]: c for c in comps}.values()),
+               ["variant", "baseline", "step_s", "baseline_step_s", "step_time_saving",
+                "old_logprob_s", "baseline_old_logprob_s", "compute_ratio", "logprob_gap_token",
+                "baseline_logprob_gap_token", "logprob_gap_seq", "baseline_logprob_gap_seq"],
+               digits=4)]
 
 
 def _moe_html(moe: dict | None) -> list[str]:
@@ -664,7 +686,8 @@ def _moe_html(moe: dict | None) -> list[str]:
         f"{html.escape(str(moe['benchmark']))}.</p>",
         _table(moe["rows"], MOE_COLS),
         _table(moe["pairs"], pcols) if moe["pairs"] else "",
-        f"<p><b>{html.escape(moe['verdict'])}</b></p>"]
+        "<div class='verdict'><ul>" + "".join(f"<li>{html.escape(x)}</li>"
+                                               for x in moe["verdict_lines"]) + "</ul></div>"]
 
 
 def _html(experiment, data, table, tcols, stab, scols, clips, clips_off, ratios, prov, rule,
@@ -680,7 +703,9 @@ def _html(experiment, data, table, tcols, stab, scols, clips, clips_off, ratios,
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
         "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
-        "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}</style></head><body>",
+        "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
+        ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
+        "padding:.5em 1em}</style></head><body>",
         f"<h1>GSPO vs GRPO: {esc(experiment)}</h1>",
         f"<p>{len(data['rl'])} RL runs ({', '.join(sorted(_by_variant(data['rl'])))}; seeds "
         f"{prov['seeds']}), benchmarks {', '.join(benches)}. Built from the MLflow store "

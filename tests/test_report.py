@@ -61,7 +61,7 @@ def _run(variant, algorithm, seed, *, baseline="", replay=False, steps=10, step_
         train["moe/load_entropy"] = [(s, 0.9) for s in range(1, steps + 1)]
     return {"variant": variant, "algorithm": algorithm, "seed": seed, "baseline": baseline,
             "run_id": f"{variant}-{seed}", "status": "FINISHED", "train": train, "eval": {},
-            "params": {"routing_replay": str(replay)}}
+            "params": {"routing_replay": "true" if replay else "false"}}   # as tracking.flatten
 
 
 def _row(variant, algorithm, problems):
