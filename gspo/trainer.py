@@ -223,8 +223,13 @@ class Trainer:
                            sum(x * w for x, w in v)) for k, v in metrics_acc.items()}
                 rec["loss"] = loss_sum
                 rec["grad_norm"] = float(gnorm)
+                if not per_mb and not skipped:
+                    # On-policy: with recomputed old log-probs every ratio is exactly 1 here, so
+                    # whatever this minibatch clips comes from the engine/trainer mismatch alone.
+                    first["clip_frac_onpolicy"] = rec.get("clip_frac_tokens", 0.0)
                 per_mb.append(rec)
         routing = first.pop("routing", None)
+        clip_on = first.pop("clip_frac_onpolicy", None)
         first = {k: torch.cat(v) for k, v in first.items()}
         if routing:
             first["routing"] = moe.Routing.cat(routing)
@@ -235,6 +240,8 @@ class Trainer:
             vals = [r[k] for r in per_mb]
             out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
                 sum(vals) / len(vals)
+        if clip_on is not None:
+            out["clip_frac_tokens_onpolicy"] = clip_on
         if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
             out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
         return out, skipped, first

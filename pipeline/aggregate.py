@@ -32,7 +32,8 @@ import pathlib
 import sys
 import tempfile
 
-TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "compute_flops",
+TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
+              "clip_frac_tokens_onpolicy", "compute_flops",
               "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s",
               # where a step's time goes, and the engine/trainer log-prob gap (variants)
               "time_rollout_s", "time_old_logprob_s", "time_update_s", "old_logprob_passes",

@@ -276,6 +276,10 @@ def variant_comparisons(data: dict, table: list[dict], *, iters: int,
                   "step_time_saving": (1 - vs / bs) if vs and bs else None,
                   "old_logprob_s": vo, "baseline_old_logprob_s": bo,
                   "compute_ratio": (vf / bf) if vf and bf else None,
+                  # what skipping the pass can save at most: its share of the baseline's step
+                  "old_logprob_share": (bo - (vo or 0.0)) / bs if bo is not None and bs else None,
+                  "clip_onpolicy": _mean_of(runs, "clip_frac_tokens_onpolicy"),
+                  "baseline_clip_onpolicy": _mean_of(bruns, "clip_frac_tokens_onpolicy"),
                   "logprob_gap_token": _mean_of(runs, "logprob_gap_token_mean"),
                   "baseline_logprob_gap_token": _mean_of(bruns, "logprob_gap_token_mean"),
                   "logprob_gap_seq": _mean_of(runs, "logprob_gap_seq_mean"),
@@ -636,8 +640,8 @@ def _write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
 VCOLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_at_1",
          "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "n_problems", "step_s",
          "baseline_step_s", "step_time_saving", "old_logprob_s", "baseline_old_logprob_s",
-         "compute_ratio", "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
-         "baseline_logprob_gap_seq"]
+         "old_logprob_share", "compute_ratio", "logprob_gap_token", "baseline_logprob_gap_token",
+         "logprob_gap_seq", "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"]
 MOE_COLS = ["variant", "algorithm", "routing_replay", "seeds", "volatility",
             "volatility_seed_min", "volatility_seed_max", "load_entropy", "max_expert_share",
             "routing_cache_mb", "collapsed", "benchmark", "pass_at_1", "ci_low", "ci_high",
@@ -656,16 +660,23 @@ def _variants_html(comps: list[dict]) -> list[str]:
         "seconds per RL step (rollout + old-log-prob pass + updates), mean over seeds, with "
         "<code>step_time_saving</code> = 1 - variant / baseline. Runs that ran side by side on a "
         "shared machine make wall times noisy; the old-log-prob pass time and the compute ratio "
-        "(cumulative FLOPs) show the saving directly. <code>logprob_gap_*</code>: mean |engine "
-        "log-prob - trainer log-prob| per token and per sequence (length-normalised).</p>",
+        "(cumulative FLOPs) show the saving directly, and <code>old_logprob_share</code> (the "
+        "pass's time as a share of the baseline's step) bounds it. <code>logprob_gap_*</code>: "
+        "mean |engine log-prob - trainer log-prob| per token and per sequence "
+        "(length-normalised: what GSPO's sequence ratio sees). <code>clip_onpolicy</code>: the "
+        "share of response tokens whose gradient the clip removed in each step's first, "
+        "on-policy minibatch, where recomputed old log-probs make every ratio exactly 1: "
+        "anything above 0 there is clipping caused by the engine/trainer mismatch alone "
+        "(compare the sequence gap with GSPO's clip band, 3e-4 / 4e-4).</p>",
         "<h3>Scores</h3>",
         _table(comps, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
                        "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "n_problems"]),
         "<h3>Cost and likelihood gap</h3>",
         _table(list({c["variant"]: c for c in comps}.values()),
                ["variant", "baseline", "step_s", "baseline_step_s", "step_time_saving",
-                "old_logprob_s", "baseline_old_logprob_s", "compute_ratio", "logprob_gap_token",
-                "baseline_logprob_gap_token", "logprob_gap_seq", "baseline_logprob_gap_seq"],
+                "old_logprob_s", "baseline_old_logprob_s", "old_logprob_share", "compute_ratio",
+                "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
+                "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"],
                digits=4)]
 
 

@@ -170,6 +170,20 @@ def test_rollout_logprobs_skip_the_recompute_pass_and_still_log_the_gap(data, sf
     for r in rows_rec + rows_roll:
         assert r["logprob_gap_token_max"] < 1e-3 and r["logprob_gap_seq_max"] < 1e-4
     assert rec.exists() and roll.exists()
+    # recomputed old log-probs: the first minibatch's ratios are exactly 1, nothing is clipped
+    assert all(r["clip_frac_tokens_onpolicy"] == 0.0 for r in rows_rec)
+
+
+def test_bfloat16_rollout_logprobs_make_gspo_clip_even_its_on_policy_minibatch(data, sft_model,
+                                                                              tmp_path):
+    # GSPO's band is 3e-4 / 4e-4 around 1; a bf16 engine's sequence-level log-prob gap is ~1e-3,
+    # so with its log-probs as old ones some sequences sit outside the band before any update.
+    from gspo.config import RolloutConfig
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2, algorithm="gspo",
+                              old_logprobs="rollout", rollout=RolloutConfig(dtype="bfloat16")))
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert max(r["clip_frac_tokens_onpolicy"] for r in rows) > 0.0
+    assert all(r["logprob_gap_seq_mean"] > 3e-4 for r in rows)
 
 
 def test_a_bfloat16_rollout_engine_shows_a_visible_logprob_gap(data, sft_model, tmp_path):
