@@ -112,18 +112,21 @@ def _moe_runs(grpo_reward_tail):
     return runs
 
 
-def _stab(runs):
+def _moe_ablation(grpo_reward_tail):
+    """moe_summary of the four-variant ablation, every variant scoring the same problems alike,
+    GRPO without replay ending at `grpo_reward_tail` training reward."""
     from pipeline.report import stability
 
-    return stability({"rl": runs}, RULE)
-
-
-def test_the_moe_verdict_says_plainly_when_the_paper_s_effect_is_not_reproduced():
-    runs = _moe_runs(grpo_reward_tail=0.4)
+    runs = _moe_runs(grpo_reward_tail)
     same = {f"p{i}": 0.5 for i in range(20)}
     table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
                                            ("gspo", "gspo"), ("gspo-replay", "gspo"))]
-    moe = moe_summary({"rl": runs}, table, _stab(runs), iters=200, confidence=0.95)
+    return moe_summary({"rl": runs}, table, stability({"rl": runs}, RULE), iters=200,
+                       confidence=0.95)
+
+
+def test_the_moe_verdict_says_plainly_when_the_paper_s_effect_is_not_reproduced():
+    moe = _moe_ablation(grpo_reward_tail=0.4)
     rows = {r["variant"]: r for r in moe["rows"]}
     assert rows["grpo-replay"]["routing_replay"] and not rows["grpo"]["routing_replay"]
     assert rows["grpo"]["volatility"] == pytest.approx(0.02)
@@ -133,19 +136,18 @@ def test_the_moe_verdict_says_plainly_when_the_paper_s_effect_is_not_reproduced(
 
 
 def test_the_moe_verdict_agrees_with_the_paper_when_only_grpo_without_replay_collapses():
-    runs = _moe_runs(grpo_reward_tail=0.01)
-    same = {f"p{i}": 0.5 for i in range(20)}
-    table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
-                                           ("gspo", "gspo"), ("gspo-replay", "gspo"))]
-    moe = moe_summary({"rl": runs}, table, _stab(runs), iters=200, confidence=0.95)
+    moe = _moe_ablation(grpo_reward_tail=0.01)
     assert {r["variant"]: r["collapsed"] for r in moe["rows"]} == {
         "grpo": 2, "grpo-replay": 0, "gspo": 0, "gspo-replay": 0}
     assert "consistent with the paper" in moe["verdict"]
 
 
 def test_a_dense_experiment_has_no_moe_section():
+    from pipeline.report import stability
+
     runs = [_run("grpo", "grpo", 0), _run("gspo", "gspo", 0)]
-    assert moe_summary({"rl": runs}, [], _stab(runs), iters=100, confidence=0.95) is None
+    assert moe_summary({"rl": runs}, [], stability({"rl": runs}, RULE), iters=100,
+                       confidence=0.95) is None
 
 
 @pytest.mark.slow
