@@ -395,10 +395,14 @@ def moe_verdict(rows: list[dict], pairs: list[dict], confidence: float) -> list[
                         if grpo_collapses and not other_collapses else
                         "(replay or GSPO made a significant difference for GRPO's failure mode)."))
     else:
+        opposite = [p["comparison"] for p, s in sig
+                    if (p["comparison"].startswith("GRPO without") and s == "above")
+                    or (p["comparison"].startswith("GSPO vs GRPO") and s == "below")]
         lines.append(
             "Verdict: the paper's effect is NOT reproduced at this scale: GRPO without Routing "
             "Replay neither collapsed more often nor scored significantly lower than with it or "
-            "than GSPO. A tiny random-initialised MoE changes too few routing decisions per "
+            "than GSPO" + (f" (significant in the opposite direction: {'; '.join(opposite)})"
+                           if opposite else "") + ". A tiny random-initialised MoE changes too few routing decisions per "
             "update for token-level ratios to go wild. What would be needed: a deeper model "
             "with more experts (volatility compounds over layers; the paper's 48 layers x 128 "
             "experts, top-8), longer runs at a learning rate where volatility reaches ~10% per "

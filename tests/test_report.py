@@ -142,6 +142,16 @@ def test_the_moe_verdict_agrees_with_the_paper_when_only_grpo_without_replay_col
     assert "consistent with the paper" in moe["verdict"]
 
 
+def test_the_moe_verdict_names_a_significant_effect_in_the_opposite_direction():
+    moe = _moe_ablation(grpo_reward_tail=0.4)
+    pair = next(p for p in moe["pairs"] if p["comparison"].startswith("GRPO without"))
+    pair.update(diff=0.05, diff_ci_low=0.01, diff_ci_high=0.09)
+    from pipeline.report import moe_verdict
+
+    text = " ".join(moe_verdict(moe["rows"], moe["pairs"], 0.95))
+    assert "NOT reproduced" in text and "opposite direction: GRPO without vs with Routing Replay" in text
+
+
 def test_a_dense_experiment_has_no_moe_section():
     from pipeline.report import stability
 
