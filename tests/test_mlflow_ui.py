@@ -91,7 +91,8 @@ def test_the_ui_server_lists_the_experiment_and_its_runs_over_rest(ui):
     runs = _http("POST", f"{ui}/api/2.0/mlflow/runs/search",
                  {"experiment_ids": [exp_id], "filter": "tags.stage = 'rl'", "max_results": 100})
     names = sorted(r["info"]["run_name"] for r in runs["runs"])
-    assert names == ["grpo-seed0", "grpo-seed1", "gspo-seed0", "gspo-seed1"]
+    assert names == ["grpo-seed0", "grpo-seed1", "gspo-bf16-rollout-seed0",
+                     "gspo-bf16-rollout-seed1", "gspo-seed0", "gspo-seed1"]
     rid = next(r["info"]["run_id"] for r in runs["runs"] if r["info"]["run_name"] == "gspo-seed0")
     hist = _http("GET", f"{ui}/api/2.0/mlflow/metrics/get-history?run_id={rid}"
                         "&metric_key=eval/aime/pass_at_1")
@@ -172,5 +173,5 @@ def test_the_ui_web_page_shows_the_experiment_and_its_runs_in_headless_chromium(
     # MLflow 3 opens an experiment on its GenAI overview; the runs live on "Training runs"
     browser.get(f"{ui}/#/experiments/{exp_id}/runs")
     text = browser.wait_for_text(["Training runs", "grpo-seed0", "gspo-seed1"])
-    for name in ("grpo-seed1", "gspo-seed0", "sft", "report"):
+    for name in ("grpo-seed1", "gspo-seed0", "gspo-bf16-rollout-seed1", "sft", "report"):
         assert name in text
