@@ -25,10 +25,8 @@ REFERENCE_RATINGS: a normal distribution, mean 1400, standard deviation 350, tru
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
-import itertools
 import json
 import math
 import pathlib
@@ -219,9 +217,7 @@ def make_problem(t: Template, consts: dict, index: int = 0) -> dict:
     }
 
 
-def split_of(problem: str, test_fraction: float = 0.1) -> str:
-    h = int.from_bytes(hashlib.sha256(problem.encode()).digest()[:8], "big")
-    return "test" if (h % 10_000) < test_fraction * 10_000 else "train"
+split_of = _lcb.split_of      # same hash rule: 'test' or 'train' by the statement text alone
 
 
 def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None = None,
@@ -240,28 +236,14 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
     chosen = [by_name[x] for x in dict.fromkeys(names) if min_rating <= by_name[x].rating <= max_rating]
     if not chosen:
         raise ValueError(f"no template rated in [{min_rating}, {max_rating}]")
-    rng = random.Random(f"{TASK}:{split}:{seed}")
-    pools = []
-    for t in chosen:
-        keys = [k for k, _, _ in t.consts]
-        combos = [dict(zip(keys, v)) for v in
-                  itertools.product(*[range(lo, hi + 1) for _, lo, hi in t.consts])]
-        combos = [c for c in combos if split_of(t.statement.format(**c), test_fraction) == split]
-        rng.shuffle(combos)
-        pools.append((t, collections.deque(combos)))
     out: list[dict] = []
-    while len(out) < n:
-        live = [(t, p) for t, p in pools if p]
-        if not live:
-            raise ValueError(f"only {len(out)} distinct {split} problems exist; asked for {n}")
-        for t, pool in live:
-            if len(out) == n:
-                break
-            rec = make_problem(t, pool.popleft())
-            rec["problem_id"] = rec["id"]
-            rec["id"] = f"{TASK}-{split}-{seed}-{len(out):05d}"
-            rec["task"] = TASK
-            out.append(rec)
+    for i, (t, consts) in enumerate(_lcb.draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
+                                                          test_fraction=test_fraction)):
+        rec = make_problem(t, consts)
+        rec["problem_id"] = rec["id"]
+        rec["id"] = f"{TASK}-{split}-{seed}-{i:05d}"
+        rec["task"] = TASK
+        out.append(rec)
     return out
 
 

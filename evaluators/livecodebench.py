@@ -403,27 +403,40 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
     unknown = [x for x in names if x not in by_name]
     if unknown or not names:
         raise ValueError(f"unknown templates {unknown}; expected some of {list(TEMPLATE_NAMES)}")
-    rng = random.Random(f"{TASK}:{split}:{seed}")
+    chosen = [by_name[name] for name in dict.fromkeys(names)]
+    return [{"id": f"{TASK}-{split}-{seed}-{i:05d}", "task": TASK, **make_problem(t, consts)}
+            for i, (t, consts) in enumerate(draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
+                                                             test_fraction=test_fraction))]
+
+
+def draw_round_robin(templates: Sequence, n: int, *, task: str, split: str, seed: int,
+                     test_fraction: float) -> list[tuple]:
+    """`n` (template, constants) pairs whose statements fall in `split`, templates taken in turn.
+
+    Each template's constant combinations (its `consts`: (name, lo, hi) ranges) are shuffled once
+    by a generator seeded with (task, split, seed) and drawn without replacement, so no statement
+    repeats; a template that runs out drops out of the rotation. Raises ValueError when fewer than
+    `n` exist. Shared by the LiveCodeBench- and CodeForces-style generators.
+    """
+    rng = random.Random(f"{task}:{split}:{seed}")
     pools = []
-    for name in dict.fromkeys(names):
-        t = by_name[name]
+    for t in templates:
         keys = [k for k, _, _ in t.consts]
         combos = [dict(zip(keys, vals)) for vals in
                   itertools.product(*[range(lo, hi + 1) for _, lo, hi in t.consts])]
         combos = [c for c in combos if split_of(t.statement.format(**c), test_fraction) == split]
         rng.shuffle(combos)
         pools.append((t, collections.deque(combos)))
-    out: list[dict] = []
+    out: list[tuple] = []
     while len(out) < n:
         live = [(t, pool) for t, pool in pools if pool]
         if not live:
             raise ValueError(f"only {len(out)} distinct {split} problems exist for templates "
-                             f"{names}; asked for {n}")
+                             f"{[t.name for t in templates]}; asked for {n}")
         for t, pool in live:
             if len(out) == n:
                 break
-            rec = make_problem(t, pool.popleft())
-            out.append({"id": f"{TASK}-{split}-{seed}-{len(out):05d}", "task": TASK, **rec})
+            out.append((t, pool.popleft()))
     return out
 
 
