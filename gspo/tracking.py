@@ -265,6 +265,30 @@ def run_tags(info: dict, stage: str) -> dict[str, str]:
     return tags
 
 
+def stage_runs(cl, exp_id: str, stage: str) -> list:
+    """Every run of the experiment tagged `stage`, across result pages."""
+    out, token = [], None
+    while True:
+        page = retry(cl.search_runs, [exp_id], f"tags.stage = '{stage}'", max_results=1000,
+                     page_token=token)
+        out += list(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def fresh_summary_run(cl, exp_id: str, stage: str) -> str:
+    """A new run for a once-per-experiment stage (aggregate, report), replacing earlier ones so the
+    UI shows one current summary; tagged like stage runs, including GSPO_MLFLOW_TAGS."""
+    for old in stage_runs(cl, exp_id, stage):
+        retry(cl.delete_run, old.info.run_id)
+    tags = {"stage": stage, "algorithm": "all"}
+    extra = os.environ.get("GSPO_MLFLOW_TAGS")
+    if extra:
+        tags.update({k: str(v) for k, v in json.loads(extra).items()})
+    return retry(cl.create_run, exp_id, tags=tags, run_name=stage).info.run_id
+
+
 def log_params(cl, run_id: str, params: dict[str, str]) -> None:
     from mlflow.entities import Param
 

@@ -56,19 +56,6 @@ def _history(cl, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(s, v) for s, (_, v) in sorted(by_step.items())]
 
 
-def _runs(cl, exp_id: str, stage: str):
-    from gspo.tracking import retry
-
-    out, token = [], None
-    while True:
-        page = retry(cl.search_runs, [exp_id], f"tags.stage = '{stage}'", max_results=1000,
-                     page_token=token)
-        out += list(page)
-        token = page.token
-        if not token:
-            return out
-
-
 def _run_record(run) -> dict:
     return {"run_id": run.info.run_id, "name": run.info.run_name, "status": run.info.status,
             "start_time": run.info.start_time, "end_time": run.info.end_time,
@@ -101,7 +88,7 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
         raise SystemExit(f"error: no MLflow experiment {experiment!r} in {uri}")
     data = {"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri,
             "rl": [], "sft": [], "evals": []}
-    for run in _runs(cl, exp_id, "rl"):
+    for run in tracking.stage_runs(cl, exp_id, "rl"):
         rec = _run_record(run)
         rec["algorithm"] = rec["tags"].get("algorithm")
         # the compared run's name (older stores have no variant tag: the algorithm)
@@ -119,8 +106,8 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
                                   if f"eval/{b}/{suffix}" in keys}
         data["rl"].append(rec)
     data["rl"].sort(key=lambda r: (r["variant"] or "", r["seed"]))
-    data["sft"] = [_run_record(r) for r in _runs(cl, exp_id, "sft")]
-    for run in _runs(cl, exp_id, "eval"):
+    data["sft"] = [_run_record(r) for r in tracking.stage_runs(cl, exp_id, "sft")]
+    for run in tracking.stage_runs(cl, exp_id, "eval"):
         t = run.data.tags
         m = run.data.metrics
         rec = {"run_id": run.info.run_id, "algorithm": t.get("algorithm"),
@@ -187,17 +174,11 @@ def main(argv=None):
     os.unlink(f.name)
 
     cl = tracking.client(data["tracking_uri"])
-    for old in _runs(cl, data["experiment_id"], "aggregate"):
-        tracking.retry(cl.delete_run, old.info.run_id)
-    tags = {"stage": "aggregate", "algorithm": "all"}
-    extra = os.environ.get("GSPO_MLFLOW_TAGS")
-    if extra:
-        tags.update({k: str(v) for k, v in json.loads(extra).items()})
-    run = tracking.retry(cl.create_run, data["experiment_id"], tags=tags, run_name="aggregate")
+    run_id = tracking.fresh_summary_run(cl, data["experiment_id"], "aggregate")
     for p in (out, out.with_suffix(".csv"), args.workflow_config):
         if p and pathlib.Path(p).is_file():
-            tracking.retry(cl.log_artifact, run.info.run_id, str(p))
-    tracking.retry(cl.set_terminated, run.info.run_id, "FINISHED")
+            tracking.retry(cl.log_artifact, run_id, str(p))
+    tracking.retry(cl.set_terminated, run_id, "FINISHED")
 
 
 if __name__ == "__main__":

@@ -50,9 +50,7 @@ import argparse
 import csv
 import html
 import io
-import json
 import math
-import os
 import pathlib
 import statistics
 import sys
@@ -559,10 +557,9 @@ def _provenance(data: dict, workflow_yaml: str | None) -> dict:
 def _workflow_yaml(data: dict) -> str | None:
     """The master config the aggregate run attached, if any."""
     from gspo import tracking
-    from pipeline.aggregate import _runs
 
     cl = tracking.client(data["tracking_uri"])
-    for run in _runs(cl, data["experiment_id"], "aggregate"):
+    for run in tracking.stage_runs(cl, data["experiment_id"], "aggregate"):
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 p = tracking.retry(cl.download_artifacts, run.info.run_id, "workflow.yaml", tmp)
@@ -769,18 +766,11 @@ def _html(experiment, data, table, tcols, stab, scols, clips, clips_off, ratios,
 
 def _log_report(data: dict, out: pathlib.Path):
     from gspo import tracking
-    from pipeline.aggregate import _runs
 
     cl = tracking.client(data["tracking_uri"])
-    for old in _runs(cl, data["experiment_id"], "report"):
-        tracking.retry(cl.delete_run, old.info.run_id)
-    tags = {"stage": "report", "algorithm": "all"}
-    extra = os.environ.get("GSPO_MLFLOW_TAGS")
-    if extra:
-        tags.update({k: str(v) for k, v in json.loads(extra).items()})
-    run = tracking.retry(cl.create_run, data["experiment_id"], tags=tags, run_name="report")
-    tracking.retry(cl.log_artifacts, run.info.run_id, str(out), "report")
-    tracking.retry(cl.set_terminated, run.info.run_id, "FINISHED")
+    run_id = tracking.fresh_summary_run(cl, data["experiment_id"], "report")
+    tracking.retry(cl.log_artifacts, run_id, str(out), "report")
+    tracking.retry(cl.set_terminated, run_id, "FINISHED")
 
 
 def main(argv=None) -> int:

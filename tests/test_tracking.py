@@ -175,6 +175,24 @@ def test_replacing_an_evaluation_metric_leaves_one_value_at_its_step(tmp_path):
     assert cl.get_run(run.info.run_id).data.metrics["eval/aime/pass_at_1"] == 0.3
 
 
+def test_a_fresh_summary_run_replaces_the_previous_one_and_carries_the_workflow_tags(
+        tmp_path, monkeypatch):
+    from gspo import tracking
+
+    monkeypatch.setenv("GSPO_MLFLOW_TAGS", json.dumps({"suite": "tests"}))
+    cl = _client(tmp_path / "db.sqlite")
+    exp = tracking.experiment_id(cl, "e")
+    cl.create_run(exp, tags={"stage": "rl"})
+    first = tracking.fresh_summary_run(cl, exp, "report")
+    second = tracking.fresh_summary_run(cl, exp, "report")
+    assert first != second
+    assert [r.info.run_id for r in tracking.stage_runs(cl, exp, "report")] == [second]
+    assert cl.get_run(first).info.lifecycle_stage == "deleted"
+    tags = cl.get_run(second).data.tags
+    assert (tags["stage"], tags["algorithm"], tags["suite"]) == ("report", "all", "tests")
+    assert len(tracking.stage_runs(cl, exp, "rl")) == 1
+
+
 def test_truncating_a_resumed_run_drops_training_metrics_past_the_step_but_keeps_eval_scores(tmp_path):
     from gspo import tracking
 
