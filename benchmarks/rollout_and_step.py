@@ -44,13 +44,19 @@ def hf_generate(model, prompts, n, new, eos, pad):
     return sum(lengths)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload_parser(doc: str) -> argparse.ArgumentParser:
+    """The rollout workload every engine benchmark measures: model, prompts x samples x new tokens."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--model", help="model dir (default: a fresh random `tiny` preset)")
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--new", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=32, help="prompts per generate call")
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--new", type=int, default=64, help="most new tokens per sample")
+    ap.add_argument("--repeats", type=int, default=3, help="timed calls per engine (after a warm-up)")
+    return ap
+
+
+def main():
+    ap = workload_parser(__doc__)
     ap.add_argument("--rl-steps", type=int, default=4, help="RL steps per mode")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()

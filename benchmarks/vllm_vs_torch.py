@@ -19,7 +19,6 @@ vLLM on CPU binds its model worker to one core and keeps one core for its engine
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import statistics
@@ -28,6 +27,8 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from rollout_and_step import workload_parser  # noqa: E402  (a sibling script, not a package)
 
 
 def idle_cpu_share(seconds: float = 3.0) -> float:
@@ -52,12 +53,7 @@ def idle_cpu_share(seconds: float = 3.0) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", help="model dir (default: a fresh random `tiny` preset)")
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--new", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = workload_parser(__doc__)
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (torch engine)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
@@ -129,7 +125,6 @@ def main():
           f"(median of {len(sync)})")
     print(f"vLLM processes while idle: {idle:.2f} cores busy")
     if args.rl_steps:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
         from rollout_and_step import compare_old_logprobs
 
         compare_old_logprobs(path, work, steps=args.rl_steps, threads=args.threads)
