@@ -155,8 +155,13 @@ class RLConfig:
                                  "policy's log-probs, route each token to the experts the old "
                                  "policy's routers picked (recorded in the old-log-prob pass); the "
                                  "router weights of those experts are still the current router's, "
-                                 "so it keeps learning. Needs old_logprobs: recompute; true on a "
-                                 "dense model is an error")
+                                 "so it keeps learning. true on a dense model is an error")
+    routing_replay_source: str = _help("trainer", "MoE, with routing_replay: whose expert choices "
+                                       "are replayed. 'trainer': the old policy's, recorded in the "
+                                       "old-log-prob pass (needs old_logprobs: recompute); 'engine': "
+                                       "the rollout engine's, recorded while it sampled, replayed "
+                                       "in the old-log-prob pass (if any) and in the update (needs "
+                                       "rollout.engine: torch)")
     router_aux_loss_coef: float = _help(0.0, "MoE only: add this times the load-balancing loss "
                                         "(transformers' load_balancing_loss_func, padding masked) "
                                         "to each update's loss. 0: off, as in the paper's RL; the "
@@ -204,9 +209,17 @@ class RLConfig:
         _check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",
                "'rollout' needs top_p: 1.0 (with a nucleus the engine's log-probs are of the "
                "truncated distribution, not the policy's)")
-        _check(not self.routing_replay or self.old_logprobs == "recompute", "routing_replay",
-               "needs old_logprobs: recompute (the old policy's routing is recorded in that pass; "
-               "the engine's routed experts are not available)")
+        _check(self.routing_replay_source in ("trainer", "engine"), "routing_replay_source",
+               f"must be 'trainer' or 'engine', got {self.routing_replay_source!r}")
+        _check(self.routing_replay or self.routing_replay_source == "trainer", "routing_replay_source",
+               "'engine' says whose routing to replay; it needs routing_replay: true")
+        _check(not self.routing_replay or self.routing_replay_source == "engine"
+               or self.old_logprobs == "recompute", "routing_replay",
+               "needs old_logprobs: recompute (the old policy's routing is recorded in that pass), "
+               "or routing_replay_source: engine to replay the rollout engine's routing")
+        _check(self.routing_replay_source == "trainer" or self.rollout.engine == "torch",
+               "routing_replay_source", "'engine' needs rollout.engine: torch (the vLLM CPU build "
+               f"does not return routed experts), got {self.rollout.engine!r}")
         _check(self.router_aux_loss_coef >= 0, "router_aux_loss_coef",
                f"must be >= 0, got {self.router_aux_loss_coef}")
 

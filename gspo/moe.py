@@ -27,8 +27,21 @@ rows, stored in the smallest integer type that holds an expert id (uint8 up to 2
 `Routing.rows(idx)` gives the cache of exactly the minibatch rows `{k: v[idx]}` the trainer feeds.
 `Routing.nbytes` is the memory cost of the cache (logged as `moe/routing_cache_bytes`).
 
-The third replay mode of the paper's follow-ups (the inference engine's own routed experts, as
-vLLM can return) is not available here: the CPU build of vLLM does not return them.
+With `record` and `replay` both on, `routing()` gives the replayed (used) selection and
+`routing(own=True)` what each current router would have picked itself from the hidden states it
+got (beyond the first MoE layer those already went through replayed layers).
+
+The rollout engine's routing (the third mode, `routing_replay_source: engine`): the torch engine
+runs the same sparse blocks, so it records with these hooks while it generates (`pop()` after
+each prefill / decode forward) and returns every sample's experts with its completion
+(`Completion.routing`, one row per token it fed: the prompt, then the response without its last
+token). `engine_routing` lays them out like the trainer's right-padded batch; the trainer then
+replays them in the old-log-prob pass and in the update, so the policy is optimised under the
+routing that produced the samples (the "rollout routing replay" of the paper's follow-ups). The
+rows the engine never fed (each sequence's last token, padding) get experts 0..k-1: nothing scored
+depends on them (causal attention; their logits predict past the sequence). vLLM can return
+routed experts on GPU builds (`enable_return_routed_experts`); its CPU build cannot, so this mode
+is wired for the torch engine only.
 
 Metrics (all keys prefixed `moe/`)
 ----------------------------------
@@ -126,6 +139,7 @@ class _Hooks:
         self.routers = routers(model)
         self._shape: dict[int, tuple[int, int]] = {}
         self._recorded: dict[int, list[torch.Tensor]] = {i: [] for i, _, _ in self.routers}
+        self._own: dict[int, list[torch.Tensor]] = {i: [] for i, _, _ in self.routers}
         self._logits: dict[int, list[torch.Tensor]] = {i: [] for i, _, _ in self.routers}
         self._handles = []
         if replay is not None:
@@ -155,6 +169,7 @@ class _Hooks:
             logits, weights, selected = output
             B, T = self._shape[layer]
             k = selected.shape[-1]
+            own = selected
             if self.replay is not None:
                 rec = self.replay.layers[layer]
                 if tuple(rec.shape) != (B, T, k):
@@ -169,19 +184,30 @@ class _Hooks:
                     w = w / w.sum(dim=-1, keepdim=True)
                 weights = w.to(logits.dtype)
             if self.record:
-                self._recorded[layer].append(
-                    selected.detach().reshape(B, T, k).to(_index_dtype(gate.num_experts)))
+                dt = _index_dtype(gate.num_experts)
+                self._recorded[layer].append(selected.detach().reshape(B, T, k).to(dt))
+                if self.replay is not None:
+                    self._own[layer].append(own.detach().reshape(B, T, k).to(dt))
             if self.keep_logits:
                 self._logits[layer].append(logits)
             return logits, weights, selected
         return hook
 
-    def routing(self) -> Routing | None:
-        """What was recorded since the context opened, forwards concatenated along the batch."""
-        if not self.routers or not any(self._recorded.values()):
+    def routing(self, own: bool = False) -> Routing | None:
+        """What was recorded since the context opened, forwards concatenated along the batch:
+        the selection used, or with `own` (under replay) the routers' own picks."""
+        rec = self._own if own and self.replay is not None else self._recorded
+        if not self.routers or not any(rec.values()):
             return None
-        return Routing({i: torch.cat(v) for i, v in self._recorded.items()},
-                       self.routers[0][2].num_experts)
+        return Routing({i: torch.cat(v) for i, v in rec.items()}, self.routers[0][2].num_experts)
+
+    def pop(self) -> dict[int, torch.Tensor]:
+        """The latest forward's recorded selection per MoE layer, (B, T, k); forgets the rest
+        (the rollout engine records forward by forward)."""
+        out = {i: v[-1] for i, v in self._recorded.items() if v}
+        for v in self._recorded.values():
+            v.clear()
+        return out
 
     def aux_loss(self, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """transformers' Switch-style load-balancing loss over the kept router logits (forwards
@@ -202,6 +228,28 @@ def routing_hooks(model, *, record: bool = False, replay: Routing | None = None,
     if not (record or replay is not None or keep_logits):
         return contextlib.nullcontext(_Hooks(model, False, None, False))
     return _Hooks(model, record, replay, keep_logits)
+
+
+def engine_routing(prompts: list[list[int]], completions: list, length: int,
+                   num_experts: int) -> Routing | None:
+    """The engine's experts (`Completion.routing`) laid out like `pad_batch(prompts, ...)`:
+    (B, length, k) per layer, right-padded. Rows the engine did not feed get experts 0..k-1.
+    None when the engine returned no routing."""
+    if not completions or completions[0].routing is None:
+        return None
+    first = completions[0].routing
+    k = next(iter(first.values())).shape[-1]
+    dt = _index_dtype(num_experts)
+    layers = {i: torch.arange(k, dtype=dt).expand(len(completions), length, k).clone()
+              for i in first}
+    for b, (p, c) in enumerate(zip(prompts, completions)):
+        fed = len(p) + len(c.token_ids) - 1
+        for i, t in c.routing.items():
+            if t.shape[0] != fed:
+                raise RoutingError(f"sample {b}: the engine routed {t.shape[0]} tokens but fed "
+                                   f"{fed} (prompt {len(p)} + response {len(c.token_ids)} - 1)")
+            layers[i][b, :fed] = t
+    return Routing(layers, num_experts)
 
 
 # -- metrics ------------------------------------------------------------------------------------

@@ -65,7 +65,13 @@ class Trainer:
         self.policy.to(cfg.device)
         moe.validate(cfg, self.policy)   # MoE-only options on a dense model: a ConfigError
         self.is_moe = moe.is_moe(self.policy)
-        self.old_routing = None          # MoE: the old policy's top-k experts (moe.Routing)
+        self.old_routing = None          # MoE: the replayed / old top-k experts (moe.Routing)
+        self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
+        self.engine_routing = None       # MoE: what the rollout engine's routers picked
+        # The torch engine reports its routing on MoE models: replayed with
+        # routing_replay_source: engine, else compared with the trainer's (engine_routing_mismatch).
+        self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
+            (cfg.routing_replay and cfg.routing_replay_source == "engine") or cfg.moe_metrics)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
         if resume_from is not None:
@@ -107,7 +113,8 @@ class Trainer:
         groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                                       seed=_step_seed(cfg.seed, step, 1),
-                                      stop_token_ids=[self.tok.eos_token_id])
+                                      stop_token_ids=[self.tok.eos_token_id],
+                                      return_routing=self.want_engine_routing)
         flat_r, flat_p, flat_c, texts = [], [], [], []
         for rec, p, group in zip(recs, prompts, groups):
             for c in group:
@@ -123,11 +130,18 @@ class Trainer:
         self.policy.eval()
         # MoE: record every router's top-k experts, (B, T, k) per layer, for Routing Replay and
         # the volatility metric (gspo.moe); nothing is hooked on a dense model.
+        # With routing_replay_source: engine this pass already routes like the engine did.
         record = self.is_moe and (self.cfg.routing_replay or self.cfg.moe_metrics)
-        with torch.no_grad(), moe.routing_hooks(self.policy, record=record) as hooks:
+        replay = self.engine_routing if self._replays_engine else None
+        with torch.no_grad(), moe.routing_hooks(self.policy, record=record, replay=replay) as hooks:
             logp, ent = self._chunked(batch, with_entropy=True)
-        self.old_routing = hooks.routing()
+        self.own_old_routing = hooks.routing(own=True)
+        self.old_routing = replay if replay is not None else hooks.routing()
         return logp, ent
+
+    @property
+    def _replays_engine(self) -> bool:
+        return self.cfg.routing_replay and self.cfg.routing_replay_source == "engine"
 
     def _chunked(self, batch, with_entropy=False):
         mbs = self.cfg.micro_batch_size or batch["input_ids"].shape[0]
@@ -183,7 +197,7 @@ class Trainer:
                         first.setdefault("logp", []).append(logp.detach())
                         first.setdefault("entropy", []).append(ent.detach())
                         if hooks.record:
-                            first.setdefault("routing", []).append(hooks.routing())
+                            first.setdefault("routing", []).append(hooks.routing(own=True))
                     ref_logp = None
                     if self.ref is not None:
                         with torch.no_grad():
@@ -262,6 +276,10 @@ class Trainer:
             batch = {k: v.to(cfg.device) for k, v in batch.items()}
             mask = batch["target_mask"]
             adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
+            if self.want_engine_routing:
+                self.engine_routing = moe.engine_routing(
+                    prompts, comps, batch["input_ids"].shape[1],
+                    moe.routers(self.policy)[0][2].num_experts)
             engine_logp = torch.zeros_like(mask)
             for i, (p, c) in enumerate(zip(prompts, comps)):
                 engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
@@ -269,14 +287,18 @@ class Trainer:
                 old_logp, entropy = self.old_logprobs(batch)
             else:
                 old_logp, entropy = engine_logp, None
+                if self._replays_engine:
+                    self.old_routing = self.engine_routing
             t2 = time.perf_counter()
             upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
             self.engine.update_weights(self.policy.state_dict())
             t3 = time.perf_counter()
             moe_rec = self.moe_step_metrics(batch, first) if self.is_moe and cfg.moe_metrics else {}
+            if self.engine_routing is not None and cfg.moe_metrics:
+                moe_rec.update(self.engine_routing_mismatch(batch, first))
             if self.old_routing is not None:
                 moe_rec["moe/routing_cache_bytes"] = self.old_routing.nbytes
-                self.old_routing = None
+            self.old_routing = self.own_old_routing = self.engine_routing = None
             t4 = time.perf_counter()
             if self.is_moe:
                 moe_rec["time_moe_s"] = t4 - t3
@@ -346,6 +368,19 @@ class Trainer:
         if old is not None:
             rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
         return rec
+
+    def engine_routing_mismatch(self, batch, first) -> dict:
+        """Share of (response token, MoE layer) top-k expert sets on which the rollout engine's
+        routers and the old policy's own routers (the old-log-prob pass, or in 'rollout' mode the
+        on-policy first minibatch) disagree on the same samples: the train-inference routing
+        mismatch, e.g. from a bf16 engine beside an fp32 trainer."""
+        own, rows = self.own_old_routing, slice(None)
+        if own is None and "routing" in first:
+            own, rows = first["routing"], first["idx"]
+        if own is None:
+            return {}
+        v = moe.volatility(self.engine_routing.rows(rows), own, moe.response_positions(batch)[rows])
+        return {"moe/engine_routing_mismatch": v["moe/volatility"]} if v else {}
 
     def checkpoint(self, step: int) -> pathlib.Path:
         return save_checkpoint(self.ckpt_root, step, self.policy, self.tok,

@@ -151,6 +151,68 @@ def test_the_hooks_aux_loss_equals_the_models_own_load_balancing_loss(model):
 
 # -- the trainer ----------------------------------------------------------------------------
 
+def engine_samples(model_dir, dtype="float32", n=3, seed=0):
+    from gspo.rollout import make_engine
+
+    eng = make_engine("torch", model_dir, dtype=dtype)
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]      # unequal: left padding in the engine
+    groups = eng.generate(prompts, n=n, max_new_tokens=10, seed=seed, return_routing=True)
+    flat_p = [p for p, g in zip(prompts, groups) for _ in g]
+    flat_c = [c for g in groups for c in g]
+    return flat_p, flat_c
+
+
+def test_the_torch_engine_returns_the_experts_of_every_token_it_fed(model, tiny_moe_model_dir):
+    prompts, comps = engine_samples(tiny_moe_model_dir)
+    assert len({len(c.token_ids) for c in comps}) > 1                   # rows stopped apart
+    for p, c in zip(prompts, comps):
+        assert set(c.routing) == {0, 1}
+        assert all(t.shape == (len(p) + len(c.token_ids) - 1, 2) for t in c.routing.values())
+    batch = pad_batch(prompts, [c.token_ids for c in comps], pad_id=0)
+    B, L = batch["input_ids"].shape
+    eng = moe.engine_routing(prompts, comps, L, num_experts=8)
+    assert eng.shape == (B, L, 2)
+    # the same fp32 weights: the engine's KV-cached forwards pick the trainer's experts
+    with torch.no_grad():
+        own, _ = record(model, batch)
+    v = moe.volatility(eng, own, moe.response_positions(batch))
+    assert v["moe/volatility"] <= 0.01 and v["moe/expert_overlap"] >= 0.99
+    # and the picks are not trivial: they differ from the filler (experts 0, 1) somewhere
+    assert any((t[:, :, 0] != 0).any() for t in eng.layers.values())
+
+
+def test_engine_routing_refuses_a_completion_whose_routing_has_the_wrong_length(tiny_moe_model_dir):
+    prompts, comps = engine_samples(tiny_moe_model_dir, n=1)
+    comps[1].token_ids = comps[1].token_ids + [3]
+    with pytest.raises(moe.RoutingError, match=r"sample 1: the engine routed \d+ tokens but fed"):
+        moe.engine_routing(prompts, comps, 40, num_experts=8)
+
+
+def test_a_dense_engine_or_an_unasked_one_returns_no_routing(tiny_model_dir, tiny_moe_model_dir):
+    from gspo.rollout import make_engine
+
+    _, comps = engine_samples(tiny_model_dir, n=1)
+    assert all(c.routing is None for c in comps)
+    assert moe.engine_routing([[1]], comps[:1], 8, num_experts=8) is None
+    g = make_engine("torch", tiny_moe_model_dir).generate([[5, 6]], n=2, max_new_tokens=4, seed=0)
+    assert all(c.routing is None for c in g[0])
+
+
+def test_recording_under_replay_gives_both_the_used_and_the_routers_own_experts(model):
+    batch = toy_batch()
+    with torch.no_grad():
+        old, _ = record(model, batch)
+        perturb_routers(model)
+        with moe.routing_hooks(model, record=True, replay=old) as h:
+            sequence_logprobs(model, batch)
+        free, _ = record(model, batch)
+    assert all(torch.equal(h.routing().layers[i], old.layers[i]) for i in old.layers)
+    own = h.routing(own=True)
+    # the first layer sees the same input either way; later ones see the replayed layers' output
+    assert torch.equal(own.layers[0], free.layers[0])
+    assert not torch.equal(own.layers[0], old.layers[0])
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("moe-data")
@@ -234,6 +296,41 @@ def test_rollout_logprobs_measure_volatility_on_the_on_policy_minibatch(
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert row["old_logprob_passes"] == 0
     assert 0 <= row["moe/volatility"] <= 1 and "moe/routing_cache_bytes" not in row
+
+
+def test_engine_routing_replay_options_are_checked_with_a_fix(data, tiny_moe_model_dir, tmp_path):
+    from gspo.config import RolloutConfig
+
+    with pytest.raises(ConfigError, match=r"routing_replay_source: 'engine' says .* routing_replay: true"):
+        moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay_source="engine")
+    with pytest.raises(ConfigError, match=r"routing_replay_source: must be 'trainer' or 'engine'"):
+        moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True, routing_replay_source="vllm")
+    with pytest.raises(ConfigError, match=r"routing_replay_source: 'engine' needs rollout.engine: torch"):
+        moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True, routing_replay_source="engine",
+                rollout=RolloutConfig(engine="vllm"))
+
+
+@pytest.mark.parametrize("old_logprobs", ["recompute", "rollout"])
+def test_rl_replaying_the_engines_routing_trains_and_logs_the_engine_trainer_mismatch(
+        data, tiny_moe_model_dir, tmp_path, text_rewards, old_logprobs):
+    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True,
+                               routing_replay_source="engine", old_logprobs=old_logprobs))
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["old_logprob_passes"] for r in rows] == ([1, 2] if old_logprobs == "recompute" else [0, 0])
+    for r in rows:
+        assert 0 <= r["moe/engine_routing_mismatch"] <= 0.01     # fp32 engine: the same routers
+        assert 0 <= r["moe/volatility"] <= 1 and r["moe/routing_cache_bytes"] > 0
+        assert r["skipped_updates"] == 0
+
+
+def test_a_bf16_engine_routes_some_tokens_unlike_the_fp32_trainer(
+        data, tiny_moe_model_dir, tmp_path, text_rewards):
+    from gspo.config import RolloutConfig
+
+    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, prompts_per_step=4,
+                               max_new_tokens=24, rollout=RolloutConfig(dtype="bfloat16")))
+    row = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert 0 < row["moe/engine_routing_mismatch"] < 0.5
 
 
 def test_a_stopped_replay_run_resumes_to_identical_weights_and_metrics(

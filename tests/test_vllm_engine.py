@@ -236,6 +236,11 @@ def test_prompts_without_tokens_or_without_room_are_rejected(setup):
     assert s.engine.generate([], n=2, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=0) == []
 
 
+def test_asking_the_vllm_engine_for_routed_experts_is_refused_with_the_alternative(setup):
+    with pytest.raises(NotImplementedError, match="routed experts.*use the torch engine"):
+        setup.engine.generate(setup.prompts[:1], n=1, max_new_tokens=4, seed=0, return_routing=True)
+
+
 def test_update_weights_sends_the_layout_save_pretrained_writes(setup):
     s = setup
     sd = checkpoint_state_dict(s.model.config, s.model.state_dict())

@@ -10,6 +10,9 @@ from: logits / temperature, then (when top_p < 1) restricted to the nucleus and 
 top_p = 1 this is exactly log_softmax(logits / temperature), which is what the trainer recomputes;
 with top_p < 1 the engine's value is >= the trainer's (the nucleus mass is < 1).
 
+With `return_routing=True` a MoE model's completions also carry the experts its routers chose
+(`Completion.routing`; the torch engine only, see gspo.moe).
+
 Engines: "torch" (gspo.rollout.torch_engine, batched KV-cached sampling in plain torch, any device)
 and "vllm" (gspo.rollout.vllm_engine, the vLLM engine; an optional install).
 """
@@ -25,12 +28,15 @@ class Completion:
     token_ids: list[int]      # sampled tokens, including the stop token when one was hit
     logprobs: list[float]     # one per token in token_ids (see module doc)
     finish_reason: str = "length"   # "stop" (hit a stop token) or "length"
+    # MoE, when asked (generate(..., return_routing=True)): per MoE layer, the top-k experts the
+    # engine's routers picked for every token it fed, (len(prompt) + len(token_ids) - 1, k)
+    routing: dict | None = None
 
 
 class Engine(Protocol):
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int, stop_token_ids: list[int] | None = None
-                 ) -> list[list[Completion]]: ...
+                 max_new_tokens: int, seed: int, stop_token_ids: list[int] | None = None,
+                 return_routing: bool = False) -> list[list[Completion]]: ...
 
     def update_weights(self, state_dict) -> None: ...
 

@@ -114,9 +114,19 @@ class TorchEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
                  top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-                 stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
+                 stop_token_ids: list[int] | None = None, return_routing: bool = False
+                 ) -> list[list[Completion]]:
+        from gspo import moe
+
         if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]
+        # MoE: the routers' picks, recorded forward by forward (hooks only read them)
+        with moe.routing_hooks(self.model, record=return_routing and moe.is_moe(self.model)) as h:
+            return self._generate(prompts, n, temperature, top_p, max_new_tokens, seed,
+                                  stop_token_ids, h if h.record else None)
+
+    def _generate(self, prompts, n, temperature, top_p, max_new_tokens, seed, stop_token_ids,
+                  hooks) -> list[list[Completion]]:
         if stop_token_ids is None:
             eos = self.model.config.eos_token_id
             stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
@@ -148,6 +158,11 @@ class TorchEngine:
         cv = [c[rep] for c in cv]
         valid, logits, pad = valid[rep], logits[rep], pad[rep]
         N = P * n
+        routed = {}     # MoE layer -> (N, L, k): the experts of the token at each cache slot
+        if hooks is not None:
+            for i, t in hooks.pop().items():                               # t: (P, plen, k)
+                routed[i] = t.new_zeros(N, L, t.shape[-1])
+                routed[i][:, :plen] = t.cpu()[rep.cpu()]
         out_tok = torch.zeros(N, max_new, dtype=torch.long)
         out_lp = torch.zeros(N, max_new)
         out_len = torch.full((N,), max_new, dtype=torch.long)
@@ -177,6 +192,9 @@ class TorchEngine:
             valid[:, plen + t] = True
             pos = (plen + t - pad)[:, None]
             logits = self._forward(tok[:, None], pos, ck, cv, plen + t, valid)
+            if hooks is not None:
+                for i, r in hooks.pop().items():                           # r: (alive, 1, k)
+                    routed[i][alive.cpu(), plen + t] = r[:, 0].cpu()
 
         results: list[list[Completion]] = []
         for i in range(P):
@@ -184,8 +202,14 @@ class TorchEngine:
             for j in range(n):
                 r = i * n + j
                 k = int(out_len[r])
+                routing = None
+                if hooks is not None:   # the fed slots: the real prompt, then all but the last token
+                    first = plen - len(prompts[i])
+                    routing = {li: torch.cat([t[r, first:plen], t[r, plen:plen + k - 1]])
+                               for li, t in routed.items()}
                 group.append(Completion(token_ids=out_tok[r, :k].tolist(),
                                         logprobs=out_lp[r, :k].tolist(),
-                                        finish_reason="stop" if stopped[r] else "length"))
+                                        finish_reason="stop" if stopped[r] else "length",
+                                        routing=routing))
             results.append(group)
         return results

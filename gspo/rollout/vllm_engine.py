@@ -238,9 +238,14 @@ class VLLMEngine:
     # -- sampling -------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
                  top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-                 stop_token_ids: list[int] | None = None) -> list[list[Completion]]:
+                 stop_token_ids: list[int] | None = None, return_routing: bool = False
+                 ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
+        if return_routing:
+            raise NotImplementedError(
+                "the vLLM engine does not return routed experts here (its CPU build cannot: "
+                "enable_return_routed_experts needs Model Runner V2 / Triton); use the torch engine")
         if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]
         stop = list(self.default_stop if stop_token_ids is None else stop_token_ids)
