@@ -40,7 +40,7 @@ TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
               "logprob_gap_token_mean", "logprob_gap_token_max", "logprob_gap_seq_mean",
               # MoE models (gspo.moe)
               "moe/volatility", "moe/load_entropy", "moe/max_expert_share", "moe/aux_loss",
-              "moe/routing_cache_bytes")
+              "moe/routing_cache_bytes", "moe/engine_routing_mismatch")
 BENCHMARKS = ("aime", "lcb", "cf")
 
 

@@ -25,7 +25,8 @@ writes DIR (default results/<experiment>/report/):
   with the saving, compute ratio, and the engine/trainer log-prob gap (header only when there are
   no variants);
 - moe.csv, moe.png: for MoE runs (those that logged moe/volatility), per variant the
-  expert-activation volatility, router load balance, Routing Replay on/off, collapses and final
+  expert-activation volatility, router load balance, Routing Replay on/off and its source
+  (trainer or rollout engine), the engine/trainer routing mismatch, collapses and final
   score; the paper's comparisons (GRPO with/without replay, GSPO vs GRPO) as paired differences
   and a plain verdict on whether the tiny model reproduces the paper's claim (header only, and no
   figure, for dense experiments);
@@ -316,13 +317,16 @@ def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
                if r["train"].get("moe/volatility")]
         st = [x for x in stab if x["variant"] == var]
         fin = rows_of.get((var, bench), {})
+        params = runs[0]["params"]
+        # params are flattened JSON values ("true"), older stores may hold "True"
+        replay = str(params.get("routing_replay", "")).lower() == "true"
         rows.append({
-            "variant": var, "algorithm": runs[0]["algorithm"],
-            # params are flattened JSON values ("true"), older stores may hold "True"
-            "routing_replay": str(runs[0]["params"].get("routing_replay", "")).lower() == "true",
+            "variant": var, "algorithm": runs[0]["algorithm"], "routing_replay": replay,
+            "replay_source": params.get("routing_replay_source", "trainer") if replay else "",
             "seeds": len(runs), "volatility": statistics.mean(vol) if vol else None,
             "volatility_seed_min": min(vol) if vol else None,
             "volatility_seed_max": max(vol) if vol else None,
+            "engine_routing_mismatch": _mean_of(runs, "moe/engine_routing_mismatch"),
             "load_entropy": _mean_of(runs, "moe/load_entropy"),
             "max_expert_share": _mean_of(runs, "moe/max_expert_share"),
             "routing_cache_mb": (_mean_of(runs, "moe/routing_cache_bytes") or 0) / 2**20,
@@ -331,14 +335,16 @@ def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
             "ci_high": fin.get("ci_high"), "vs_sft": fin.get("vs_sft"),
             "vs_sft_ci_low": fin.get("vs_sft_ci_low"), "vs_sft_ci_high": fin.get("vs_sft_ci_high")})
 
-    def find(alg, replay):
-        return next((r for r in rows if r["algorithm"] == alg and r["routing_replay"] == replay), None)
+    def find(alg, source):     # source: "" (no replay), "trainer" (the paper's) or "engine"
+        return next((r for r in rows if r["algorithm"] == alg and r["replay_source"] == source), None)
 
     pairs = []
-    for a, b, what in ((find("grpo", False), find("grpo", True), "GRPO without vs with Routing Replay"),
-                       (find("gspo", False), find("grpo", False), "GSPO vs GRPO, both without replay"),
-                       (find("gspo", False), find("grpo", True), "GSPO without replay vs GRPO with it"),
-                       (find("gspo", False), find("gspo", True), "GSPO without vs with Routing Replay")):
+    for a, b, what in ((find("grpo", ""), find("grpo", "trainer"), "GRPO without vs with Routing Replay"),
+                       (find("gspo", ""), find("grpo", ""), "GSPO vs GRPO, both without replay"),
+                       (find("gspo", ""), find("grpo", "trainer"), "GSPO without replay vs GRPO with it"),
+                       (find("gspo", ""), find("gspo", "trainer"), "GSPO without vs with Routing Replay"),
+                       (find("grpo", "engine"), find("grpo", ""),
+                        "GRPO replaying the rollout engine's routing vs without replay")):
         if a and b and (a["variant"], bench) in rows_of and (b["variant"], bench) in rows_of:
             d = paired_diff(rows_of[(a["variant"], bench)], rows_of[(b["variant"], bench)],
                             iters=iters, confidence=confidence)
@@ -372,6 +378,12 @@ def moe_verdict(rows: list[dict], pairs: list[dict], confidence: float) -> list[
                      f"{', '.join(down) or 'none'}; the rest within the noise"
                      + (" (RL did not improve on the SFT model at this budget, so the "
                         "comparison says little about learning speed)." if not up else "."))
+    mism = [r for r in rows if r.get("engine_routing_mismatch") is not None]
+    if mism:
+        lines.append("Rollout engine vs trainer routing (share of (token, layer) top-k sets the "
+                     "two pick differently on the same samples): "
+                     + ", ".join(f"{r['variant']} {r['engine_routing_mismatch']:.2%}" for r in mism)
+                     + ".")
     coll = {r["variant"]: f"{r['collapsed']}/{r['seeds']}" for r in rows}
     lines.append("Collapsed runs: " + ", ".join(f"{k} {v}" for k, v in coll.items()) + ".")
     sig = []
@@ -643,8 +655,9 @@ VCOLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_at_1",
          "baseline_step_s", "step_time_saving", "old_logprob_s", "baseline_old_logprob_s",
          "old_logprob_share", "compute_ratio", "logprob_gap_token", "baseline_logprob_gap_token",
          "logprob_gap_seq", "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"]
-MOE_COLS = ["variant", "algorithm", "routing_replay", "seeds", "volatility",
-            "volatility_seed_min", "volatility_seed_max", "load_entropy", "max_expert_share",
+MOE_COLS = ["variant", "algorithm", "routing_replay", "replay_source", "seeds", "volatility",
+            "volatility_seed_min", "volatility_seed_max", "engine_routing_mismatch",
+            "load_entropy", "max_expert_share",
             "routing_cache_mb", "collapsed", "benchmark", "pass_at_1", "ci_low", "ci_high",
             "vs_sft", "vs_sft_ci_low", "vs_sft_ci_high"]
 
@@ -693,7 +706,12 @@ def _moe_html(moe: dict | None) -> list[str]:
         "<p>Volatility: the fraction of (response token, layer) top-k expert sets of the updated "
         "policy that differ from the old policy's on the same rollouts, after each step's "
         "updates; with Routing Replay the update itself uses the old selection, but the "
-        "updated router may still choose otherwise. Load entropy: normalised entropy of the "
+        "updated router may still choose otherwise. <code>replay_source</code>: trainer (the "
+        "old policy's experts, recorded in the old-log-prob pass: the paper's Routing Replay) or "
+        "engine (the rollout engine's own experts, recorded while it sampled). "
+        "<code>engine_routing_mismatch</code>: the share of (response token, layer) top-k sets "
+        "on which the rollout engine's routers and the trainer's old policy disagree on the same "
+        "samples (e.g. a bf16 engine beside the fp32 trainer). Load entropy: normalised entropy of the "
         "per-expert token share (1 = balanced). Final scores on "
         f"{html.escape(str(moe['benchmark']))}.</p>",
         _table(moe["rows"], MOE_COLS),

@@ -59,9 +59,13 @@ def _run(variant, algorithm, seed, *, baseline="", replay=False, steps=10, step_
     if vol is not None:
         train["moe/volatility"] = [(s, vol) for s in range(1, steps + 1)]
         train["moe/load_entropy"] = [(s, 0.9) for s in range(1, steps + 1)]
+    params = {"routing_replay": "true" if replay else "false"}      # as tracking.flatten
+    if replay == "engine":
+        params["routing_replay_source"] = "engine"
+        train["moe/engine_routing_mismatch"] = [(s, 0.005) for s in range(1, steps + 1)]
     return {"variant": variant, "algorithm": algorithm, "seed": seed, "baseline": baseline,
             "run_id": f"{variant}-{seed}", "status": "FINISHED", "train": train, "eval": {},
-            "params": {"routing_replay": "true" if replay else "false"}}   # as tracking.flatten
+            "params": params}
 
 
 def _row(variant, algorithm, problems):
@@ -150,6 +154,29 @@ def test_the_moe_verdict_names_a_significant_effect_in_the_opposite_direction():
 
     text = " ".join(moe_verdict(moe["rows"], moe["pairs"], 0.95))
     assert "NOT reproduced" in text and "opposite direction: GRPO without vs with Routing Replay" in text
+
+
+def test_the_engine_routing_replay_variant_is_labelled_and_compared_with_plain_grpo():
+    from pipeline.report import stability
+
+    runs = _moe_runs(0.4) + [_run("grpo-engine", "grpo", s, baseline="grpo", replay="engine",
+                                  vol=0.01, steps=20) for s in (0, 1)]
+    same = {f"p{i}": 0.5 for i in range(20)}
+    table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
+                                           ("gspo", "gspo"), ("gspo-replay", "gspo"),
+                                           ("grpo-engine", "grpo"))]
+    moe = moe_summary({"rl": runs}, table, stability({"rl": runs}, RULE), iters=200,
+                      confidence=0.95)
+    rows = {r["variant"]: r for r in moe["rows"]}
+    assert [rows[v]["replay_source"] for v in ("grpo", "grpo-replay", "grpo-engine")] == \
+        ["", "trainer", "engine"]
+    assert rows["grpo-engine"]["engine_routing_mismatch"] == pytest.approx(0.005)
+    # the paper's comparison still pairs GRPO with the trainer-side replay, not the engine one
+    paper = next(p for p in moe["pairs"] if p["comparison"] == "GRPO without vs with Routing Replay")
+    assert paper["against"] == "grpo-replay"
+    engine = next(p for p in moe["pairs"] if p["comparison"].startswith("GRPO replaying"))
+    assert (engine["variant"], engine["against"]) == ("grpo-engine", "grpo")
+    assert "grpo-engine 0.50%" in moe["verdict"]
 
 
 def test_a_dense_experiment_has_no_moe_section():
