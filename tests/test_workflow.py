@@ -433,12 +433,21 @@ def test_the_precision_experiment_plans_bf16_rollout_variants_beside_their_recom
 def test_the_moe_ablation_plans_grpo_and_gspo_with_and_without_routing_replay(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=ROOT / "config" / "moe.yaml", timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs["rl"] == 4 * 2
+    assert jobs["rl"] == 5 * 2
     cfgs = tmp_path / "results" / "moe" / "config"
-    assert yaml.safe_load((cfgs / "sft.yaml").read_text())["model"] == "tiny-moe"
-    replay = {v: yaml.safe_load((cfgs / "rl" / f"{v}-seed1.yaml").read_text())["routing_replay"]
-              for v in ("grpo", "gspo", "grpo-replay", "gspo-replay")}
-    assert replay == {"grpo": False, "gspo": False, "grpo-replay": True, "gspo-replay": True}
+    sft = yaml.safe_load((cfgs / "sft.yaml").read_text())
+    assert sft["model"] == "tiny-moe"
+    rl = {v: yaml.safe_load((cfgs / "rl" / f"{v}-seed1.yaml").read_text())
+          for v in ("grpo", "gspo", "grpo-replay", "gspo-replay", "grpo-engine-replay")}
+    assert {v: (c["routing_replay"], c["routing_replay_source"]) for v, c in rl.items()} == {
+        "grpo": (False, "trainer"), "gspo": (False, "trainer"), "grpo-replay": (True, "trainer"),
+        "gspo-replay": (True, "trainer"), "grpo-engine-replay": (True, "engine")}
+    engine = rl["grpo-engine-replay"]
+    assert (engine["old_logprobs"], engine["rollout"]["dtype"]) == ("rollout", "bfloat16")
+    # rl_tasks: RL prompts are math only, while SFT keeps the three-task mix
+    assert [pathlib.Path(d["path"]).name for d in engine["train_data"]] == ["aime_rl.jsonl"]
+    assert [pathlib.Path(d["path"]).name for d in sft["train_data"]] == \
+        ["aime_sft.jsonl", "lcb_sft.jsonl", "cf_sft.jsonl"]
 
 
 @pytest.mark.slow
@@ -456,15 +465,16 @@ def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_sectio
     import csv
 
     rows = {r["variant"]: r for r in csv.DictReader((report / "moe.csv").open())}
-    assert set(rows) == {"grpo", "gspo", "grpo-replay", "gspo-replay"}
-    assert {v: r["routing_replay"] for v, r in rows.items()} == {
-        "grpo": "False", "gspo": "False", "grpo-replay": "True", "gspo-replay": "True"}
+    assert {v: r["replay_source"] for v, r in rows.items()} == {
+        "grpo": "", "gspo": "", "grpo-replay": "trainer", "gspo-replay": "trainer",
+        "grpo-engine-replay": "engine"}
     for r in rows.values():
         assert 0.0 <= float(r["volatility"]) <= 1.0 and 0.0 < float(r["load_entropy"]) <= 1.0
+        assert 0.0 <= float(r["engine_routing_mismatch"]) <= 1.0
     # the replay cache's size is measured where replay is on
     assert float(rows["grpo-replay"]["routing_cache_mb"]) > 0
     html = (report / "index.html").read_text()
     assert "Mixture of experts" in html and "Verdict:" in html and "GRPO without vs with Routing Replay" in html
     assert (report / "moe.png").stat().st_size > 0
     variants = {r["variant"]: r["baseline"] for r in csv.DictReader((report / "variants.csv").open())}
-    assert variants == {"grpo-replay": "grpo", "gspo-replay": "gspo"}
+    assert variants == {"grpo-replay": "grpo", "gspo-replay": "gspo", "grpo-engine-replay": "grpo"}

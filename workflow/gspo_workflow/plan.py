@@ -125,7 +125,9 @@ class Plan:
         # canonical task order (aime, lcb, cf): the mix samples files by index, so the order in
         # which a YAML mapping happens to list them must not change the data
         self.train_tasks = {t: config["train_tasks"][t] for t in TASKS if t in config["train_tasks"]}
-        self.data_tasks = sorted(set(self.benchmarks) | set(self.train_tasks),
+        rl_tasks = config.get("rl_tasks") or config["train_tasks"]
+        self.rl_tasks = {t: rl_tasks[t] for t in TASKS if t in rl_tasks}
+        self.data_tasks = sorted(set(self.benchmarks) | set(self.train_tasks) | set(self.rl_tasks),
                                  key=TASKS.index)
         self._check_lists()
         self.data_cfg = self._data_config()
@@ -152,9 +154,10 @@ class Plan:
                 self._fail(key, f"has duplicates: {vals}")
         if not any(b > 0 for b in self.budgets):
             self._fail("budgets", "needs at least one budget above 0 (percent of rl.steps)")
-        for t, w in self.train_tasks.items():
-            if w <= 0:
-                self._fail(f"train_tasks.{t}", f"weight must be > 0, got {w}")
+        for key, mix in (("train_tasks", self.train_tasks), ("rl_tasks", self.rl_tasks)):
+            for t, w in mix.items():
+                if w <= 0:
+                    self._fail(f"{key}.{t}", f"weight must be > 0, got {w}")
 
     def _variants(self) -> dict[str, dict]:
         """{name: {algorithm, baseline, description, rl}} in config order, plain algorithms
@@ -239,8 +242,8 @@ class Plan:
         return cfg
 
     def _mix(self, part: str) -> list[dict]:
-        return [{"path": self.data_file(t, part), "weight": float(w)}
-                for t, w in self.train_tasks.items()]
+        tasks = self.rl_tasks if part == "rl" else self.train_tasks
+        return [{"path": self.data_file(t, part), "weight": float(w)} for t, w in tasks.items()]
 
     def _sft_config(self) -> SFTConfig:
         d = dict(self.config["sft"])
@@ -344,7 +347,7 @@ class Plan:
             ([self.data_file("aime", "test")] if "aime" in self.data_tasks else [])
 
     def rl_data(self, wildcards) -> list[str]:
-        return [self.data_file(t, "rl") for t in self.train_tasks]
+        return [self.data_file(t, "rl") for t in self.rl_tasks]
 
     def rl_dirs(self) -> list[str]:
         return [self.rl_dir(v, s) for v in self.variants for s in self.seeds]
