@@ -71,7 +71,7 @@ class Trainer:
         # The torch engine reports its routing on MoE models: replayed with
         # routing_replay_source: engine, else compared with the trainer's (engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
-            (cfg.routing_replay and cfg.routing_replay_source == "engine") or cfg.moe_metrics)
+            self._replays_engine or cfg.moe_metrics)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
         if resume_from is not None:
@@ -362,21 +362,25 @@ class Trainer:
         new = h.routing()
         rec = moe.load_balance(new, batch["attention_mask"])
         rec["moe/aux_loss"] = float(h.aux_loss(batch["attention_mask"]))
-        old, rows = self.old_routing, slice(None)
-        if old is None and "routing" in first:
-            old, rows = first["routing"], first["idx"]
+        old, rows = self._old_or_first(self.old_routing, first)
         if old is not None:
             rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
         return rec
+
+    @staticmethod
+    def _old_or_first(routing, first):
+        """(routing, its batch rows): the old-log-prob pass's over all rows, or in 'rollout' mode
+        (no such pass) the on-policy first minibatch's own routing over its rows."""
+        if routing is None and "routing" in first:
+            return first["routing"], first["idx"]
+        return routing, slice(None)
 
     def engine_routing_mismatch(self, batch, first) -> dict:
         """Share of (response token, MoE layer) top-k expert sets on which the rollout engine's
         routers and the old policy's own routers (the old-log-prob pass, or in 'rollout' mode the
         on-policy first minibatch) disagree on the same samples: the train-inference routing
         mismatch, e.g. from a bf16 engine beside an fp32 trainer."""
-        own, rows = self.own_old_routing, slice(None)
-        if own is None and "routing" in first:
-            own, rows = first["routing"], first["idx"]
+        own, rows = self._old_or_first(self.own_old_routing, first)
         if own is None:
             return {}
         v = moe.volatility(self.engine_routing.rows(rows), own, moe.response_positions(batch)[rows])
