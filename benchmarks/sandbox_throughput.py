@@ -14,25 +14,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from evaluators import livecodebench as lcb  # noqa: E402
-from evaluators import sandbox  # noqa: E402
+from evaluators import judge
+from evaluators import livecodebench as lcb
+from evaluators import sandbox
 
 
 def build_jobs(n_problems: int, n_tests: int, seed: int):
     recs = lcb.generate(n_problems, split="train", seed=seed)
     jobs, tests = [], []
     for rec in recs:
-        code = lcb.extract_code(rec["solution"])
+        code = judge.extract_code(rec["solution"])
         func = lcb.metadata(rec).get("func_name", "")
         for t in lcb.tests_of(rec)[:n_tests]:
-            jobs.append(lcb.make_job(code, t, func_name=func, timeout_s=rec["time_limit"],
-                                     memory_mb=rec["memory_limit"]))
+            jobs.append(judge.make_job(code, t, func_name=func, timeout_s=rec["time_limit"],
+                                       memory_mb=rec["memory_limit"]))
             tests.append(t)
     return jobs, tests
 
@@ -41,7 +40,7 @@ def measure(jobs, tests, workers: int) -> dict:
     t0 = time.perf_counter()
     results = sandbox.run_many(jobs, workers=workers)
     seconds = time.perf_counter() - t0
-    verdicts = [lcb.judge(t, r) for t, r in zip(tests, results)]
+    verdicts = [judge.judge(t, r, lcb.outputs_match) for t, r in zip(tests, results)]
     bad = [v for v in verdicts if v != "passed"]
     return {"workers": workers, "executions": len(jobs), "seconds": seconds,
             "per_second": len(jobs) / seconds, "not_passed": len(bad)}

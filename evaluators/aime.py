@@ -1,5 +1,5 @@
 """AIME-style math: a procedural problem generator, a loader for real AIME-style data, and the
-answer scoring shared by RL rewards and evaluation.
+answer scoring shared by RL rewards and evaluation (through evaluators.tasks).
 
 Generated problems are multi-step integer arithmetic, `Compute (a*b+c-d+e) mod 1000.`, whose answer
 is an integer 0..999 (AIME's answer range). The worked solution writes one line per operation and
@@ -9,7 +9,11 @@ tiers (`TIERS`: easy / medium / hard) fix both.
 Splits are disjoint by construction: a problem's split is a hash of its canonical text, so no test
 problem can ever be drawn for training, whatever the seeds and sizes.
 
-Scoring (`score`, the RL reward and the evaluation metric alike):
+Prompts: a generated record's prompt is its bare problem text (what the tiny model trains on);
+a real record's is `format_prompt`: the problem, then the boxed-answer instruction.
+
+Scoring (`score(record, completion)` -> {passed, answer}, the RL reward and the evaluation metric
+alike; `score_answer(completion, answer)` is the same decision as 0.0 / 1.0):
 
 1. The answer is the content of the last brace-matched `\\boxed{...}` (`last_boxed`). Documented
    fallbacks, tried only when there is no `\\boxed{...}` at all: the last `\\fbox{...}`, then TeX's
@@ -21,6 +25,7 @@ Scoring (`score`, the RL reward and the evaluation metric alike):
    `\\frac{6}{3}` equals 2. Its timeouts use SIGALRM, which only works on the main thread, so off the
    main thread it runs with its timeouts disabled (None). Contents longer than `MAX_ANSWER_CHARS`
    score 0 without parsing, which bounds the time sympy can take there. Results are memoised.
+   `score_many` therefore scores serially on the calling thread.
 """
 
 from __future__ import annotations
@@ -28,17 +33,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import pathlib
 import random
 import re
 import threading
-from typing import Iterable
+from typing import Iterable, Sequence
+
+from gspo.io import DataError
 
 TASK = "aime"
 MOD = 1000
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 MAX_ANSWER_CHARS = 200
+RECORD_FIELDS = ("id", "task", "prompt", "answer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +243,7 @@ def answers_match(pred: str, answer) -> bool:
     return _math_verify(gold, pred, _on_main_thread())
 
 
-def score(completion: str, answer) -> float:
+def score_answer(completion: str, answer) -> float:
     """1.0 if the final boxed answer of `completion` equals `answer` (normally an integer), else 0.0."""
     got = extract_answer(completion)
     if got is None:
@@ -244,10 +251,23 @@ def score(completion: str, answer) -> float:
     return float(answers_match(got, answer))
 
 
-def write_jsonl(records: list[dict], path) -> None:
-    from gspo.io import atomic_write_text
+def score(record: dict, completion: str) -> dict:
+    """{passed, answer}: whether the final boxed answer of `completion` equals the record's
+    `answer`, and that extracted answer's text (None when there is none)."""
+    got = extract_answer(completion)
+    return {"passed": got is not None and answers_match(got, record["answer"]), "answer": got}
 
-    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 1,
+               **options) -> list[dict]:
+    """score() of each (record, completion) pair, in order, serially on the calling thread
+    (math-verify's timeouts only work on the main thread). `workers` and the code benchmarks'
+    `options` (stop_at_first_failure, ...) are accepted for the shared interface and change
+    nothing here."""
+    records, completions = list(records), list(completions)
+    if len(records) != len(completions):
+        raise ValueError(f"{len(records)} records but {len(completions)} completions")
+    return [score(r, c) for r, c in zip(records, completions)]
 
 
 # -- real AIME-style data ----------------------------------------------------------------------
@@ -267,6 +287,11 @@ def make_prompt(problem: str) -> str:
     return f"{problem.strip()}\n{INSTRUCTION}\n"
 
 
+def format_prompt(record: dict) -> str:
+    """`make_prompt` of the record's problem text (the prompt `load` gives real records)."""
+    return make_prompt(str(record["problem"]))
+
+
 def _field(row: dict, names: tuple[str, ...]):
     for name in names:
         v = row.get(name)
@@ -275,24 +300,10 @@ def _field(row: dict, names: tuple[str, ...]):
     return None
 
 
-def load(source, *, split: str = "train", name: str | None = None, limit: int | None = None,
-         cache_dir=None) -> list[dict]:
-    """Records of real AIME-style data, read through `datasets`.
+def _dataset(src: str, split: str, name: str | None, cache_dir):
+    """The `datasets` dataset of a local file or hub name; any failure is one DataError line."""
+    import datasets  # heavy; only when loading
 
-    `source` is a local .json/.jsonl/.parquet/.csv file (or a folder `datasets` can read), or a
-    hub dataset name (with config `name` and `split`; e.g. "Maxwell-Jia/AIME_2024", split "train").
-    Field spellings of public copies are accepted (`problem`/`Problem`/`question`,
-    `answer`/`Answer`, `id`/`ID`, `year`, `solution`). Each record gets the project's shape:
-    id, task="aime", prompt (`make_prompt`), problem, answer (an int when it is written as one),
-    solution (the source's worked solution, ending in `\\boxed{answer}`; just the box when the
-    source has none) and, when present, year. A row missing a problem or answer raises
-    gspo.io.DataError naming the source, the row and the field.
-    """
-    import datasets
-
-    from gspo.io import DataError
-
-    src = str(source)
     path = pathlib.Path(src)
     looks_local = path.is_absolute() or src.startswith(".") or path.suffix.lower() in _BUILDERS
     if looks_local and not path.exists():
@@ -303,51 +314,75 @@ def load(source, *, split: str = "train", name: str | None = None, limit: int | 
             if builder is None:
                 raise DataError(f"{src}: unsupported file type {path.suffix!r}; "
                                 f"expected one of {sorted(_BUILDERS)}")
-            ds = datasets.load_dataset(builder, data_files=str(path), split="train",
-                                       cache_dir=cache_dir)
-        else:
-            ds = datasets.load_dataset(src, name, split=split, cache_dir=cache_dir)
+            return datasets.load_dataset(builder, data_files=str(path), split="train",
+                                         cache_dir=cache_dir)
+        return datasets.load_dataset(src, name, split=split, cache_dir=cache_dir)
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001 - one line naming the source, whatever went wrong
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DataError(f"{src}: cannot load AIME data ({type(e).__name__}: {msg})") from None
 
+
+def _record_id(row: dict, i: int, stem: str) -> str:
+    pid, year = _field(row, ID_FIELDS), _field(row, YEAR_FIELDS)
+    if pid is not None:
+        pid = str(pid).strip()
+        return f"{TASK}-{year}-{pid}" if year is not None and str(year) not in pid else f"{TASK}-{pid}"
+    if year is not None:
+        return f"{TASK}-{year}-{i:03d}"
+    return f"{TASK}-{stem}-{i:05d}"
+
+
+def _record(row: dict, i: int, src: str, stem: str) -> dict:
+    """The project's record of row `i` (0-based) of `src`."""
+    problem = _field(row, PROBLEM_FIELDS)
+    if problem is None:
+        raise DataError(f"{src}: row {i + 1}: record is missing field 'problem' "
+                        f"(accepted: {', '.join(PROBLEM_FIELDS)})")
+    answer = _field(row, ANSWER_FIELDS)
+    if answer is None:
+        raise DataError(f"{src}: row {i + 1}: record is missing field 'answer' "
+                        f"(accepted: {', '.join(ANSWER_FIELDS)})")
+    as_int = _plain_int(answer)
+    answer = as_int if as_int is not None else str(answer).strip()
+    solution = _field(row, SOLUTION_FIELDS)
+    solution = str(solution).rstrip() if solution is not None else ""
+    if last_boxed(solution) is None:
+        solution = (solution + "\n" if solution else "") + f"\\boxed{{{answer}}}"
+    rec = {"id": _record_id(row, i, stem), "task": TASK, "prompt": make_prompt(str(problem)),
+           "problem": str(problem).strip(), "answer": answer, "solution": solution, "source": src}
+    year = _field(row, YEAR_FIELDS)
+    if year is not None:
+        rec["year"] = year
+    return rec
+
+
+def load(source, *, split: str = "train", name: str | None = None, limit: int | None = None,
+         cache_dir=None) -> list[dict]:
+    """Records of real AIME-style data, read through `datasets`.
+
+    `source` is a local .json/.jsonl/.parquet/.csv file (or a folder `datasets` can read), or a
+    hub dataset name (with config `name` and `split`; e.g. "Maxwell-Jia/AIME_2024", split "train").
+    Field spellings of public copies are accepted (`problem`/`Problem`/`question`,
+    `answer`/`Answer`, `id`/`ID`, `year`, `solution`). Each record gets the project's shape:
+    id, task="aime", prompt (`format_prompt`), problem, answer (an int when it is written as one),
+    solution (the source's worked solution, ending in `\\boxed{answer}`; just the box when the
+    source has none) and, when present, year. A row missing a problem or answer raises
+    gspo.io.DataError naming the source, the row and the field.
+    """
+    src = str(source)
+    ds = _dataset(src, split, name, cache_dir)
+    path = pathlib.Path(src)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem if path.suffix else src)
     out: list[dict] = []
     seen: set[str] = set()
     for i, row in enumerate(ds):
         if limit is not None and len(out) >= limit:
             break
-        problem = _field(row, PROBLEM_FIELDS)
-        if problem is None:
-            raise DataError(f"{src}: row {i + 1}: record is missing field 'problem' "
-                            f"(accepted: {', '.join(PROBLEM_FIELDS)})")
-        answer = _field(row, ANSWER_FIELDS)
-        if answer is None:
-            raise DataError(f"{src}: row {i + 1}: record is missing field 'answer' "
-                            f"(accepted: {', '.join(ANSWER_FIELDS)})")
-        as_int = _plain_int(answer)
-        answer = as_int if as_int is not None else str(answer).strip()
-        pid, year = _field(row, ID_FIELDS), _field(row, YEAR_FIELDS)
-        if pid is not None:
-            pid = str(pid).strip()
-            rid = f"{TASK}-{year}-{pid}" if year is not None and str(year) not in pid else f"{TASK}-{pid}"
-        elif year is not None:
-            rid = f"{TASK}-{year}-{i:03d}"
-        else:
-            rid = f"{TASK}-{stem}-{i:05d}"
-        if rid in seen:
-            raise DataError(f"{src}: row {i + 1}: duplicate problem id {rid!r}")
-        seen.add(rid)
-        solution = _field(row, SOLUTION_FIELDS)
-        solution = str(solution).rstrip() if solution is not None else ""
-        if last_boxed(solution) is None:
-            solution = (solution + "\n" if solution else "") + f"\\boxed{{{answer}}}"
-        rec = {"id": rid, "task": TASK, "prompt": make_prompt(str(problem)),
-               "problem": str(problem).strip(), "answer": answer, "solution": solution,
-               "source": src}
-        if year is not None:
-            rec["year"] = year
+        rec = _record(row, i, src, stem)
+        if rec["id"] in seen:
+            raise DataError(f"{src}: row {i + 1}: duplicate problem id {rec['id']!r}")
+        seen.add(rec["id"])
         out.append(rec)
     return out

@@ -6,12 +6,13 @@ title, description, input_format, output_format, rating (800..3500), time_limit 
 memory_limit (MB), tests (or official_tests) as a list of {input, output}, optional examples,
 plus the project's id / task ("cf") / prompt / solution.
 
-Scoring runs the extracted program (evaluators.livecodebench.extract_code) on every test in
-evaluators.sandbox with the record's time and memory limits. Output is compared the way
-Codeforces' default checker does: as whitespace-separated tokens; tokens that differ as text
-still match when the expected token is a real number (has '.' or an exponent) and the two agree
-within an absolute or relative error of 1e-6. Problems needing a special checker or interaction
-are not supported (loaded records keep a `checker` flag so evaluation can leave them out).
+Scoring runs the extracted program through the shared code judge (evaluators.judge) on every
+test in evaluators.sandbox with the record's time and memory limits. Output is compared the way
+Codeforces' default checker does (`tokens_match`, the comparison this module gives the judge):
+as whitespace-separated tokens; tokens that differ as text still match when the expected token
+is a real number (has '.' or an exponent) and the two agree within an absolute or relative
+error of 1e-6. Problems needing a special checker or interaction are not supported (loaded
+records keep a `checker` flag so evaluation can leave them out).
 
 Rating estimate (`estimate_rating`): the maximum-likelihood rating R from solved / unsolved
 problems of known rating d under P(solve) = 1 / (1 + 10^((d - R)/400)), searched in a bounded
@@ -29,11 +30,15 @@ import dataclasses
 import hashlib
 import json
 import math
-import pathlib
 import random
+from statistics import NormalDist
 from typing import Iterable, Sequence
 
-from evaluators import livecodebench as _lcb
+from evaluators import judge
+# The same split rule (a hash of the statement) and template rotation as LiveCodeBench-style
+# problems; split_of is re-exported as this module's own.
+from evaluators.lcb_generator import draw_round_robin, split_of  # noqa: F401
+from evaluators.sources import read_rows
 from gspo.io import DataError
 
 TASK = "cf"
@@ -43,6 +48,7 @@ REFERENCE_MEAN, REFERENCE_SD = 1400.0, 350.0
 REFERENCE_RATINGS = {"kind": "normal", "mean": REFERENCE_MEAN, "sd": REFERENCE_SD,
                      "range": RATING_RANGE}
 REQUIRED_FIELDS = ("id", "rating", "time_limit", "memory_limit")
+RECORD_FIELDS = ("id", "task", "prompt")
 FLOAT_TOLERANCE = 1e-6
 
 
@@ -217,9 +223,6 @@ def make_problem(t: Template, consts: dict, index: int = 0) -> dict:
     }
 
 
-split_of = _lcb.split_of      # same hash rule: 'test' or 'train' by the statement text alone
-
-
 def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None = None,
              min_rating: int = MIN_RATING, max_rating: int = MAX_RATING,
              test_fraction: float = 0.1) -> list[dict]:
@@ -237,8 +240,8 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
     if not chosen:
         raise ValueError(f"no template rated in [{min_rating}, {max_rating}]")
     out: list[dict] = []
-    for i, (t, consts) in enumerate(_lcb.draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
-                                                          test_fraction=test_fraction)):
+    for i, (t, consts) in enumerate(draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
+                                                     test_fraction=test_fraction)):
         rec = make_problem(t, consts)
         rec["problem_id"] = rec["id"]
         rec["id"] = f"{TASK}-{split}-{seed}-{i:05d}"
@@ -314,6 +317,12 @@ def _usable(rec: dict) -> bool:
     return rec.get("rating") is not None and bool(tests) and not rec.get("interaction_format")
 
 
+def _hub_dataset(name: str, split: str):
+    import datasets  # heavy; only for hub names
+
+    return datasets.load_dataset(name, split=split)
+
+
 def load(source, *, split: str = "train", min_rating: int | None = None,
          max_rating: int | None = None, limit: int | None = None,
          skip_unusable: bool = False) -> list[dict]:
@@ -321,16 +330,7 @@ def load(source, *, split: str = "train", min_rating: int | None = None,
     open-r1/codeforces), checked and filtered to a rating range. With `skip_unusable`, records
     without a rating, without tests or that are interactive are left out instead of raising
     (the open-r1 copy has such rows); any other bad record still raises DataError."""
-    path = pathlib.Path(source)
-    if path.exists():
-        rows = _lcb._records_from_file(path)
-    elif str(source).endswith((".json", ".jsonl")):
-        raise DataError(f"{source}: file not found")
-    else:
-        import datasets
-
-        ds = datasets.load_dataset(str(source), split=split)
-        rows = [(f"{source}: row {i}", dict(r)) for i, r in enumerate(ds)]
+    rows = read_rows(source, lambda name: _hub_dataset(name, split))
     recs = [normalize(r, where) for where, r in rows
             if not skip_unusable or not isinstance(r, dict) or _usable(r)]
     recs = [r for r in recs if (min_rating is None or r["rating"] >= min_rating)
@@ -373,17 +373,17 @@ def score(record: dict, completion: str, *, time_scale: float = 1.0,
         if k not in record:
             raise DataError(f"{where}: record is missing field {k!r}")
     tests = tests_of(record, where)
-    return _lcb.run_tests(_lcb.extract_code(completion), tests,
-                          timeout_s=float(record["time_limit"]) * time_scale,
-                          memory_mb=int(record["memory_limit"]),
-                          stop_at_first_failure=stop_at_first_failure, workers=workers,
-                          unsafe=unsafe, compare=tokens_match)
+    return judge.run_tests(judge.extract_code(completion), tests, compare=tokens_match,
+                           timeout_s=float(record["time_limit"]) * time_scale,
+                           memory_mb=int(record["memory_limit"]),
+                           stop_at_first_failure=stop_at_first_failure, workers=workers,
+                           unsafe=unsafe)
 
 
 def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 2,
                **kwargs) -> list[dict]:
     """score() of each (record, completion) pair, `workers` sandboxes at a time, in order."""
-    return _lcb._score_many(score, records, completions, workers, **kwargs)
+    return judge.score_many(score, records, completions, workers, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,8 +405,6 @@ def _loglik(r: float, outcomes) -> float:
 
 def _chi2_1(conf: float) -> float:
     """The `conf` quantile of chi-square with 1 degree of freedom (= z^2)."""
-    from statistics import NormalDist
-
     return NormalDist().inv_cdf(0.5 + conf / 2.0) ** 2
 
 
@@ -417,8 +415,6 @@ def percentile(rating: float, population: Sequence[float] | None = None) -> floa
         if not pop:
             raise ValueError("population is empty")
         return 100.0 * sum(p < rating for p in pop) / len(pop)
-    from statistics import NormalDist
-
     nd = NormalDist(REFERENCE_MEAN, REFERENCE_SD)
     lo, hi = nd.cdf(RATING_RANGE[0]), nd.cdf(RATING_RANGE[1])
     r = min(max(rating, RATING_RANGE[0]), RATING_RANGE[1])

@@ -1,49 +1,73 @@
-"""One entry point from a task record to its reward, shared by the RL trainer and evaluation.
+"""The benchmark registry: the one place that lists the benchmarks, and the entry point from a
+task record to its score and reward, shared by the RL reward and evaluation.
 
-Every record, whatever its benchmark, carries `id`, `task` ("aime", "lcb" or "cf"), `prompt` (the
+Every record, whatever its benchmark, carries `id`, `task` (a name of BENCHMARKS), `prompt` (the
 exact text the model is given) and, for generated training problems, `solution` (the worked
 completion SFT trains on). The rest of the fields are the benchmark's own.
+
+Every benchmark module offers the same interface: `generate(n, *, split, seed, ...)`,
+`load(source, ...)`, `format_prompt(record) -> str`, `score(record, completion) -> dict` (at
+least {"passed": bool}), `score_many(records, completions, workers=...) -> list[dict]` and
+`RECORD_FIELDS` (the fields an evaluation record must carry).
 """
 
 from __future__ import annotations
 
-import importlib
+from evaluators import aime, codeforces, livecodebench
 
-TASKS = {"aime": "evaluators.aime", "lcb": "evaluators.livecodebench", "cf": "evaluators.codeforces"}
+MODULES = {"aime": aime, "lcb": livecodebench, "cf": codeforces}
+BENCHMARKS: tuple[str, ...] = tuple(MODULES)
+TITLES = {"aime": "AIME-style math", "lcb": "LiveCodeBench-style", "cf": "CodeForces-style"}
 
 
 def module(task: str):
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
-    return importlib.import_module(TASKS[task])
+    """The module of benchmark `task`; an unknown name raises ValueError naming the valid ones."""
+    if task not in MODULES:
+        raise ValueError(f"unknown benchmark {task!r}; expected one of {', '.join(BENCHMARKS)}")
+    return MODULES[task]
+
+
+def parse(spec: str) -> list[str]:
+    """Benchmark names from a comma list, in the order given, without repeats; an unknown one
+    raises ValueError naming it."""
+    names = [b.strip() for b in spec.split(",") if b.strip()]
+    if not names:
+        raise ValueError(f"no benchmark given; valid: {', '.join(BENCHMARKS)}")
+    for b in names:
+        module(b)
+    return list(dict.fromkeys(names))
+
+
+def score_many(records: list[dict], completions: list[str], *, workers: int = 2,
+               stop_at_first_failure: bool = False) -> list[dict]:
+    """Each benchmark's own `score` of each (record, completion) pair, in order; the records of
+    one benchmark go to its `score_many` together (code runs in parallel sandboxes)."""
+    if len(records) != len(completions):
+        raise ValueError(f"{len(records)} records but {len(completions)} completions")
+    out: list[dict | None] = [None] * len(records)
+    by_task: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        module(rec.get("task"))   # unknown task names fail here, by name
+        by_task.setdefault(rec["task"], []).append(i)
+    for task, idx in by_task.items():
+        kw = {"stop_at_first_failure": True} if stop_at_first_failure and task != "aime" else {}
+        res = module(task).score_many([records[i] for i in idx], [completions[i] for i in idx],
+                                      workers=workers, **kw)
+        for i, r in zip(idx, res):
+            out[i] = r
+    return out  # type: ignore[return-value]
 
 
 def reward(record: dict, completion: str) -> float:
     """The benchmark's own scoring turned into a 0/1 reward."""
-    task = record.get("task")
-    mod = module(task)
-    if task == "aime":
-        return mod.score(completion, record["answer"])
-    return float(mod.score(record, completion)["passed"])
+    return float(module(record.get("task")).score(record, completion)["passed"])
 
 
 def rewards(records: list[dict], completions: list[str], *, workers: int = 2) -> list[float]:
-    """`reward` of each pair, in order; code tasks are scored in parallel sandboxes.
+    """`reward` of each pair, in order: the reward function RL is given.
 
-    For RL the code benchmarks stop at a problem's first failing test (the reward is pass/fail,
-    so the remaining tests cannot change it), which bounds the cost of a looping program.
+    The code benchmarks stop at a problem's first failing test (the reward is pass/fail, so the
+    remaining tests cannot change it), which bounds the cost of a looping program.
     """
-    out: list[float | None] = [None] * len(records)
-    code: dict[str, list[int]] = {}
-    for i, (rec, comp) in enumerate(zip(records, completions)):
-        if rec.get("task") == "aime":
-            out[i] = reward(rec, comp)
-        else:
-            module(rec.get("task"))  # unknown task names fail here, by name
-            code.setdefault(rec["task"], []).append(i)
-    for task, idx in code.items():
-        res = module(task).score_many([records[i] for i in idx], [completions[i] for i in idx],
-                                      workers=workers, stop_at_first_failure=True)
-        for i, r in zip(idx, res):
-            out[i] = float(r["passed"])
-    return out  # type: ignore[return-value]
+    return [float(r["passed"]) for r in score_many(records, completions, workers=workers,
+                                                    stop_at_first_failure=True)]

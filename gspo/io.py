@@ -54,6 +54,11 @@ def write_json(path, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def write_jsonl(records, path) -> None:
+    """Write `records` to `path` atomically, one sorted-key JSON object a line."""
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
 def read_jsonl(path, required: tuple[str, ...] = ()) -> list[dict]:
     """Records of a JSONL file; a malformed line or missing field raises DataError naming it."""
     path = pathlib.Path(path)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import pathlib
 
 from evaluators import aime, codeforces, livecodebench
+from evaluators.tasks import module
 from gspo.config import DataGenConfig
+from gspo.io import DataError, write_jsonl
 from pipeline._cli import parse_config, run
 
 
@@ -46,7 +48,7 @@ def code_set(task: str, n: int, *, split: str, seed: int, cfg: DataGenConfig) ->
 
 
 def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
-    """The generated records of `task` ('aime', 'lcb', 'cf') for `part` ('sft', 'rl', 'test')."""
+    """The generated records of `task` (a benchmark name) for `part` ('sft', 'rl', 'test')."""
     split = "test" if part == "test" else "train"
     seed = cfg.seed + (1 if part == "rl" else 0)
     if task == "aime":
@@ -60,12 +62,8 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
 
 def loaded(task: str, source: str, limit: int) -> list[dict]:
     """Real records of `task` from `source` through the benchmark's own loader."""
-    from evaluators.tasks import module
-
     recs = module(task).load(source, limit=limit or None)
     if not recs:
-        from gspo.io import DataError
-
         raise DataError(f"{source}: no {task} records")
     return recs
 
@@ -82,7 +80,7 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
     paths = {}
     for name, recs in files.items():
         paths[name] = out / f"{name}.jsonl"
-        aime.write_jsonl(recs, paths[name])
+        write_jsonl(recs, paths[name])
     return paths
 
 

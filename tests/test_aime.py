@@ -33,8 +33,8 @@ def test_worked_solutions_end_in_the_boxed_answer_and_score_full_marks():
         for r in aime.generate(20, split="train", seed=0, difficulty=tier):
             assert 0 <= r["answer"] <= 999
             assert r["solution"].endswith(f"\\boxed{{{r['answer']}}}")
-            assert aime.score(r["solution"], r["answer"]) == 1.0
-            assert aime.score(r["solution"], (r["answer"] + 1) % 1000) == 0.0
+            assert aime.score_answer(r["solution"], r["answer"]) == 1.0
+            assert aime.score_answer(r["solution"], (r["answer"] + 1) % 1000) == 0.0
             assert r["prompt"].startswith(r["problem"])
 
 
@@ -79,7 +79,7 @@ def test_generation_is_deterministic_in_the_seed():
     ("\\boxed{" + "1+" * 150 + "1}", 151, 0.0),    # longer than MAX_ANSWER_CHARS
 ])
 def test_score_of_boxed_answers(completion, answer, expected):
-    assert aime.score(completion, answer) == expected
+    assert aime.score_answer(completion, answer) == expected
 
 
 def test_last_boxed_matches_nested_braces():
@@ -94,9 +94,9 @@ def test_integer_answers_never_reach_math_verify(monkeypatch):
 
     monkeypatch.setattr(aime, "_math_verify", boom)
     for i in range(2000):
-        assert aime.score(f"steps...\\boxed{{{i % 1000:03d}}}", i % 1000) == 1.0
-        assert aime.score(f"\\boxed{{{i}}}", i + 1) == 0.0
-    assert aime.score("nothing", 3) == 0.0
+        assert aime.score_answer(f"steps...\\boxed{{{i % 1000:03d}}}", i % 1000) == 1.0
+        assert aime.score_answer(f"\\boxed{{{i}}}", i + 1) == 0.0
+    assert aime.score_answer("nothing", 3) == 0.0
 
 
 def test_math_verify_scoring_works_off_the_main_thread():
@@ -104,8 +104,8 @@ def test_math_verify_scoring_works_off_the_main_thread():
 
     def work():
         try:
-            out["ok"] = aime.score("\\boxed{\\frac{12}{4}}", 3)
-            out["bad"] = aime.score("\\boxed{\\sqrt{10}}", 3)
+            out["ok"] = aime.score_answer("\\boxed{\\frac{12}{4}}", 3)
+            out["bad"] = aime.score_answer("\\boxed{\\sqrt{10}}", 3)
         except Exception as e:  # noqa: BLE001
             out["error"] = repr(e)
 
@@ -113,6 +113,33 @@ def test_math_verify_scoring_works_off_the_main_thread():
     t.start()
     t.join(60)
     assert out == {"ok": 1.0, "bad": 0.0}
+
+
+def test_score_of_a_record_says_whether_it_passed_and_which_answer_it_read():
+    rec = aime.generate(1, split="test", seed=0, difficulty="easy")[0]
+    assert aime.score(rec, rec["solution"]) == {"passed": True, "answer": str(rec["answer"])}
+    wrong = f"so \\boxed{{{(rec['answer'] + 1) % 1000}}}"
+    assert aime.score(rec, wrong) == {"passed": False, "answer": str((rec["answer"] + 1) % 1000)}
+    assert aime.score(rec, "no box") == {"passed": False, "answer": None}
+
+
+def test_score_many_scores_in_order_on_the_calling_thread(monkeypatch):
+    recs = aime.generate(4, split="test", seed=0, difficulty="easy")
+    comps = [r["solution"] if i % 2 else "\\boxed{\\frac{1}{2}}" for i, r in enumerate(recs)]
+    threads = set()
+    real = aime._math_verify
+
+    def spy(*a):
+        threads.add(threading.current_thread())
+        return real(*a)
+
+    monkeypatch.setattr(aime, "_math_verify", spy)
+    got = aime.score_many(recs, comps, workers=4, stop_at_first_failure=True)
+    assert got == [aime.score(r, c) for r, c in zip(recs, comps)]
+    assert [g["passed"] for g in got] == [False, True] * 2
+    assert threads == {threading.current_thread()}   # math-verify's timeouts need the main thread
+    with pytest.raises(ValueError, match="completions"):
+        aime.score_many(recs, comps[:-1])
 
 
 # -- loader ------------------------------------------------------------------------------------
@@ -133,10 +160,11 @@ def test_loader_reads_the_capitalised_aime24_spelling_from_jsonl(tmp_path):
     assert recs[0]["problem"] == "Find x."
     assert recs[0]["prompt"] == ("Find x.\nPlease reason step by step, and put your final answer "
                                  "within \\boxed{}.\n")
+    assert all(r["prompt"] == aime.format_prompt(r) for r in recs)
     assert recs[1]["answer"] == 204 and isinstance(recs[1]["answer"], int)
     assert recs[0]["solution"] == "x is \\boxed{33}."
     assert recs[1]["solution"].endswith("\\boxed{204}")      # a box is added when the source has none
-    assert aime.score(recs[1]["solution"], recs[1]["answer"]) == 1.0
+    assert aime.score_answer(recs[1]["solution"], recs[1]["answer"]) == 1.0
 
 
 def test_loader_reads_lowercase_fields_with_a_year_from_parquet(tmp_path):

@@ -1,6 +1,7 @@
 """LiveCodeBench-style records, generator, loader and scoring, judged in the real sandbox."""
 
 import base64
+import dataclasses
 import json
 import os
 import pickle
@@ -294,6 +295,25 @@ def test_extract_code_takes_the_last_fenced_block_with_documented_fallbacks(comp
 ])
 def test_stdin_outputs_are_compared_line_by_line_with_the_numeric_fallback(got, want, same):
     assert lcb.outputs_match(got, want) is same
+
+
+def test_the_shared_judge_uses_the_comparison_each_benchmark_gives_it():
+    from evaluators import codeforces, judge
+
+    assert lcb.extract_code is judge.extract_code and lcb.VERDICTS is judge.VERDICTS
+    stdin = {"input": "", "output": "1.0000001\n", "testtype": "stdin"}
+    ran = sandbox.Result(status="ok", stdout="1\n", stderr="", returncode=0)
+    assert judge.judge(stdin, ran, lcb.outputs_match) == "wrong answer"
+    assert judge.judge(stdin, ran, codeforces.tokens_match) == "passed"
+    assert judge.judge(stdin, dataclasses.replace(ran, status="timeout"),
+                       codeforces.tokens_match) == "time limit"
+    functional = {"input": "[1]", "output": "[1, 2]", "testtype": "functional"}
+    said = sandbox.Result(status="ok", stdout="", stderr="", returncode=0,
+                          channel=b'{"result": [1, 2]}\n')
+    assert judge.judge(functional, said, lambda got, want: False) == "passed"
+    job = judge.make_job("print(1)", functional, func_name="f", header="H\n", timeout_s=1.0,
+                         memory_mb=64)
+    assert job["code"] == judge.DRIVER and job["files"] == {"solution.py": "H\nprint(1)"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,10 @@ import json
 import os
 import pathlib
 
+from evaluators.metrics import avg_at_n, pass_at_k
+from evaluators.tasks import reward
+from gspo.io import DataError, read_jsonl
+
 DATA_DIR_ENV = "GSPO_EVAL_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
 
@@ -36,20 +40,16 @@ def data_file(bench: str, metadata: dict | None = None) -> pathlib.Path:
 
 
 def _dataset(bench: str, metadata: dict):
-    import datasets
-
-    from gspo.io import read_jsonl
+    import datasets  # heavy; only when lm-eval builds the dataset
 
     path = data_file(bench, metadata)
     if not path.is_file():
-        from gspo.io import DataError
         raise DataError(f"{path}: file not found (point the task at its data with --metadata "
                         f"'{{\"data_dir\": \"DIR\"}}' or {DATA_DIR_ENV}=DIR)")
     records = read_jsonl(path, required=("id", "task", "prompt"))
     rows = []
     for rec in records:
         if rec["task"] != bench:
-            from gspo.io import DataError
             raise DataError(f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}")
         target = rec.get("answer", rec.get("solution", ""))
         rows.append({"id": str(rec["id"]), "prompt": rec["prompt"], "target": str(target),
@@ -94,9 +94,6 @@ def samples_of(results) -> list[str]:
 
 def process_results(doc: dict, results) -> dict:
     """avg@n and pass@n of one document's n samples, scored by the harness's own reward."""
-    from evaluators.metrics import avg_at_n, pass_at_k
-    from evaluators.tasks import reward
-
     record = json.loads(doc["record"])
     samples = samples_of(results)
     n = len(samples)
