@@ -13,20 +13,20 @@ from __future__ import annotations
 import argparse
 import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from evaluators import aime  # noqa: E402
-from gspo.config import DataSource, RLConfig, RolloutConfig  # noqa: E402
-from gspo.models import build_tiny, load_model  # noqa: E402
-from gspo.rollout import make_engine  # noqa: E402
-from gspo.trainer import Trainer  # noqa: E402
-from gspo.tracking import read_metrics  # noqa: E402
+from evaluators import aime
+from evaluators.tasks import rewards
+from gspo.config import DataSource, RLConfig, RolloutConfig
+from gspo.io import write_jsonl
+from gspo.models import build_tiny, load_model
+from gspo.rollout import make_engine
+from gspo.trainer import Trainer
+from gspo.tracking import read_metrics
 
 
 def hf_generate(model, prompts, n, new, eos, pad):
@@ -99,7 +99,7 @@ def compare_old_logprobs(path, work: pathlib.Path, *, steps: int, threads: int,
     saving is measured side by side. Prints the phase split of each; returns the mean step time
     per mode (steps after the first)."""
     data = work / "rl.jsonl"
-    aime.write_jsonl(aime.generate(500, split="train", seed=1, difficulty=aime.Difficulty(3, 9)), data)
+    write_jsonl(aime.generate(500, split="train", seed=1, difficulty=aime.Difficulty(3, 9)), data)
     trainers = {}
     for mode in ("recompute", "rollout"):
         cfg = RLConfig(algorithm="gspo", model=str(path), out_dir=str(work / f"rl-{mode}"),
@@ -110,7 +110,7 @@ def compare_old_logprobs(path, work: pathlib.Path, *, steps: int, threads: int,
     for step in range(1, steps + 1):
         for mode, cfg in trainers.items():
             cfg.steps, cfg.resume = step, True
-            Trainer(cfg).train()
+            Trainer(cfg, rewards).train()
     step_time = {}
     for mode, cfg in trainers.items():
         rows = read_metrics(pathlib.Path(cfg.out_dir) / "metrics.jsonl")

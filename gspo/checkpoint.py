@@ -1,4 +1,6 @@
-"""Checkpoints that are complete or absent, and the record of what produced a run."""
+"""Checkpoints that are complete or absent, the record of what produced a run, and a run's
+lineage (what it started from), so that a run whose config or starting model changed starts
+over instead of resuming checkpoints that no longer belong to it."""
 
 from __future__ import annotations
 
@@ -15,16 +17,30 @@ import torch
 from gspo.io import atomic_dir, write_json
 
 STATE = "trainer_state.pt"
+META = "checkpoint.json"      # {stage, step, compute_flops}: readable without loading the state
+LINEAGE = "lineage.json"
+# What a run leaves in its folder; wiped when its lineage changes (mlflow_run.json is not: the
+# caller first supersedes the MLflow run it names).
+RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.json")
 
 
-def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict) -> pathlib.Path:
-    """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state) via a temp dir + rename."""
+def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,
+                    meta: dict | None = None) -> pathlib.Path:
+    """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state + META) via a temp dir +
+    rename."""
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
     with atomic_dir(final) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         torch.save(state, tmp / STATE)
+        write_json(tmp / META, {"step": step, **(meta or {})})
     return final
+
+
+def checkpoint_meta(model_dir) -> dict | None:
+    """The META record of a checkpoint or published model directory, None when it has none."""
+    p = pathlib.Path(model_dir) / META
+    return json.loads(p.read_text()) if p.is_file() else None
 
 
 def list_checkpoints(ckpt_root) -> list[pathlib.Path]:
@@ -82,3 +98,37 @@ def run_info(cfg_dict: dict, data_hashes: dict[str, str], **extra) -> dict:
 
 def write_run_info(out_dir, info: dict) -> None:
     write_json(pathlib.Path(out_dir) / "run_info.json", info)
+
+
+def model_fingerprint(model: str) -> str:
+    """Identifies a starting model: a preset's name, or a hash of the names, sizes and
+    modification times of a model directory's files (cheap at any size; a rebuilt model counts
+    as a new one even when its bytes happen to match)."""
+    path = pathlib.Path(model)
+    if not path.is_dir():
+        return model
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(path)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def lineage_changed(out_dir, lineage: dict) -> bool:
+    """Whether `out_dir` holds run state made from another lineage (or from an unknown one)."""
+    out = pathlib.Path(out_dir)
+    lfile = out / LINEAGE
+    prev = json.loads(lfile.read_text()) if lfile.is_file() else None
+    return prev != lineage and any((out / n).exists() for n in RUN_STATE)
+
+
+def reset_run(out_dir) -> None:
+    """Remove a run's state (RUN_STATE) so that it starts over."""
+    out = pathlib.Path(out_dir)
+    for n in RUN_STATE:
+        p = out / n
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def write_lineage(out_dir, lineage: dict) -> None:
+    write_json(pathlib.Path(out_dir) / LINEAGE, lineage)

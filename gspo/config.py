@@ -25,7 +25,7 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message names the file and field."""
 
 
-def _help(default, text: str, **kw):
+def option(default, text: str, **kw):
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
         return field(default_factory=lambda d=default: _copy(d), metadata={"help": text}, **kw)
     return field(default=default, metadata={"help": text}, **kw)
@@ -35,45 +35,45 @@ def _copy(v):
     return json.loads(json.dumps(v)) if not dataclasses.is_dataclass(v) else dataclasses.replace(v)
 
 
-def _check(cond: bool, name: str, msg: str):
+def check(cond: bool, name: str, msg: str):
     if not cond:
         raise ConfigError(f"{name}: {msg}")
 
 
 @dataclass
 class DataSource:
-    path: str = _help("", "JSONL file of task records (fields id, task, prompt, solution, ...)")
-    weight: float = _help(1.0, "relative sampling weight of this file in the training mix")
+    path: str = option("", "JSONL file of task records (fields id, task, prompt, solution, ...)")
+    weight: float = option(1.0, "relative sampling weight of this file in the training mix")
 
     def __post_init__(self):
-        _check(bool(self.path), "path", "is empty; give the JSONL file of task records")
-        _check(self.weight > 0, "weight", f"must be > 0, got {self.weight}")
+        check(bool(self.path), "path", "is empty; give the JSONL file of task records")
+        check(self.weight > 0, "weight", f"must be > 0, got {self.weight}")
 
 
 @dataclass
 class RolloutConfig:
-    engine: str = _help("torch", "rollout engine: 'torch' (batched KV-cached sampling) or 'vllm'")
-    device: str = _help("cpu", "device of the rollout engine ('cpu', 'cuda', 'cuda:1', ...)")
-    dtype: str = _help("float32", "engine precision: float32, bfloat16 or float16 (the trainer "
+    engine: str = option("torch", "rollout engine: 'torch' (batched KV-cached sampling) or 'vllm'")
+    device: str = option("cpu", "device of the rollout engine ('cpu', 'cuda', 'cuda:1', ...)")
+    dtype: str = option("float32", "engine precision: float32, bfloat16 or float16 (the trainer "
                        "stays in float32: a lower engine precision is the precision-tolerance "
                        "setting of config/precision.yaml)")
-    gpu_memory_utilization: float = _help(0.0, "vllm only: share of accelerator memory vLLM may "
+    gpu_memory_utilization: float = option(0.0, "vllm only: share of accelerator memory vLLM may "
                                           "take (0 = the engine's default, 0.3: the trainer "
                                           "shares the device)")
-    max_model_len: int = _help(0, "vllm only: longest prompt + response (0 = the model's "
+    max_model_len: int = option(0, "vllm only: longest prompt + response (0 = the model's "
                                "max_position_embeddings)")
-    tensor_parallel_size: int = _help(1, "vllm only: GPUs one engine spans")
+    tensor_parallel_size: int = option(1, "vllm only: GPUs one engine spans")
 
     def __post_init__(self):
-        _check(self.engine in ("torch", "vllm"), "engine",
+        check(self.engine in ("torch", "vllm"), "engine",
                f"must be 'torch' or 'vllm', got {self.engine!r}")
-        _check(self.dtype in ("float32", "bfloat16", "float16"), "dtype",
+        check(self.dtype in ("float32", "bfloat16", "float16"), "dtype",
                f"must be float32, bfloat16 or float16, got {self.dtype!r}")
-        _check(0.0 <= self.gpu_memory_utilization < 1.0, "gpu_memory_utilization",
+        check(0.0 <= self.gpu_memory_utilization < 1.0, "gpu_memory_utilization",
                f"must be in [0, 1) (0 = the engine default), got {self.gpu_memory_utilization}")
-        _check(self.max_model_len >= 0, "max_model_len",
+        check(self.max_model_len >= 0, "max_model_len",
                f"must be >= 0 (0 = the model's), got {self.max_model_len}")
-        _check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
+        check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
                f"must be >= 1, got {self.tensor_parallel_size}")
 
     def vllm_options(self) -> dict:
@@ -87,33 +87,33 @@ class RolloutConfig:
 class SFTConfig:
     """Cold-start supervised fine-tuning on worked solutions (loss on response tokens only)."""
 
-    model: str = _help("tiny", "a model preset (tiny, small, tiny-moe: random-initialised from "
+    model: str = option("tiny", "a model preset (tiny, small, tiny-moe: random-initialised from "
                        "init_seed) or the path of a local Hugging Face checkpoint directory")
-    init_seed: int = _help(0, "seed of the random initialisation when `model` is a preset")
-    out_dir: str = _help("results/default/sft", "where checkpoints, metrics and the final model go")
-    train_data: list[DataSource] = _help([], "training files and their mixing weights")
-    eval_data: str = _help("", "optional JSONL of held-out records for a greedy accuracy check")
-    eval_problems: int = _help(64, "held-out records used for the periodic greedy check")
-    steps: int = _help(300, "optimizer steps")
-    batch_size: int = _help(32, "sequences per step")
-    lr: float = _help(5e-3, "peak learning rate (AdamW)")
-    warmup_steps: int = _help(20, "linear warm-up steps, then cosine decay")
-    min_lr_ratio: float = _help(0.1, "final learning rate as a fraction of the peak")
-    weight_decay: float = _help(0.0, "AdamW weight decay")
-    grad_clip: float = _help(1.0, "max global gradient norm")
-    max_len: int = _help(256, "longest prompt + response kept, in tokens (longer ones are cut)")
-    eval_every: int = _help(100, "steps between greedy held-out checks (0: only at the end)")
-    log_every: int = _help(10, "steps between metric records")
-    seed: int = _help(0, "seed of data order")
-    device: str = _help("cpu", "training device")
-    threads: int = _help(0, "torch intra-op threads (0: leave torch's default)")
+    init_seed: int = option(0, "seed of the random initialisation when `model` is a preset")
+    out_dir: str = option("results/default/sft", "where checkpoints, metrics and the final model go")
+    train_data: list[DataSource] = option([], "training files and their mixing weights")
+    eval_data: str = option("", "optional JSONL of held-out records for a greedy accuracy check")
+    eval_problems: int = option(64, "held-out records used for the periodic greedy check")
+    steps: int = option(300, "optimizer steps")
+    batch_size: int = option(32, "sequences per step")
+    lr: float = option(5e-3, "peak learning rate (AdamW)")
+    warmup_steps: int = option(20, "linear warm-up steps, then cosine decay")
+    min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    grad_clip: float = option(1.0, "max global gradient norm")
+    max_len: int = option(256, "longest prompt + response kept, in tokens (longer ones are cut)")
+    eval_every: int = option(100, "steps between greedy held-out checks (0: only at the end)")
+    log_every: int = option(10, "steps between metric records")
+    seed: int = option(0, "seed of data order")
+    device: str = option("cpu", "training device")
+    threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
 
     def __post_init__(self):
-        _check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
+        check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         for name in ("steps", "batch_size", "max_len"):
-            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
-        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        _check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must lie in [0, 1]")
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must lie in [0, 1]")
 
 
 @dataclass
@@ -121,106 +121,106 @@ class RLConfig:
     """GRPO / GSPO / GSPO-token training. `algorithm` is the only field that differs between
     the compared methods; clip ranges default to each method's paper setting."""
 
-    algorithm: str = _help("gspo", "grpo (token-level ratio), gspo (sequence-level) or gspo_token")
-    model: str = _help("results/default/sft/model", "the starting checkpoint (usually SFT output)")
-    out_dir: str = _help("results/default/rl/gspo-0", "checkpoints, metrics and final model")
-    train_data: list[DataSource] = _help([], "prompt files and their mixing weights")
-    steps: int = _help(50, "rollout batches (one 'step' = sample, score, then all its updates)")
-    prompts_per_step: int = _help(16, "prompts per rollout batch")
-    group_size: int = _help(8, "responses sampled per prompt (G)")
-    minibatches: int = _help(4, "optimizer updates per rollout batch per epoch (paper: 4); with 1 "
+    algorithm: str = option("gspo", "grpo (token-level ratio), gspo (sequence-level) or gspo_token")
+    model: str = option("results/default/sft/model", "the starting checkpoint (usually SFT output)")
+    out_dir: str = option("results/default/rl/gspo-0", "checkpoints, metrics and final model")
+    train_data: list[DataSource] = option([], "prompt files and their mixing weights")
+    steps: int = option(50, "rollout batches (one 'step' = sample, score, then all its updates)")
+    prompts_per_step: int = option(16, "prompts per rollout batch")
+    group_size: int = option(8, "responses sampled per prompt (G)")
+    minibatches: int = option(4, "optimizer updates per rollout batch per epoch (paper: 4); with 1 "
                              "the run is on-policy and every ratio is exactly 1")
-    epochs: int = _help(1, "passes over each rollout batch")
-    micro_batch_size: int = _help(0, "sequences per forward/backward (0: the whole minibatch)")
-    lr: float = _help(5e-5, "learning rate (AdamW, constant after warm-up)")
-    warmup_steps: int = _help(0, "linear warm-up, in rollout steps")
-    weight_decay: float = _help(0.0, "AdamW weight decay")
-    grad_clip: float = _help(1.0, "max global gradient norm")
-    eps_low: typing.Optional[float] = _help(None, "lower clip range (None: 3e-4 for gspo/gspo_token, "
+    epochs: int = option(1, "passes over each rollout batch")
+    micro_batch_size: int = option(0, "sequences per forward/backward (0: the whole minibatch)")
+    lr: float = option(5e-5, "learning rate (AdamW, constant after warm-up)")
+    warmup_steps: int = option(0, "linear warm-up, in rollout steps")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    grad_clip: float = option(1.0, "max global gradient norm")
+    eps_low: typing.Optional[float] = option(None, "lower clip range (None: 3e-4 for gspo/gspo_token, "
                                            "0.2 for grpo)")
-    eps_high: typing.Optional[float] = _help(None, "upper clip range (None: 4e-4 for gspo/"
+    eps_high: typing.Optional[float] = option(None, "upper clip range (None: 4e-4 for gspo/"
                                             "gspo_token, 0.27 for grpo)")
-    agg: str = _help("seq-mean-token-mean", f"loss aggregation, one of {list(AGGS)}")
-    adv_scale: str = _help("std", "advantage scaling: 'std' ((r-mean)/std) or 'none' (r-mean)")
-    log_ratio_clamp: float = _help(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
-    kl_coef: float = _help(0.0, "KL penalty to the starting model (paper: 0)")
-    temperature: float = _help(1.0, "sampling temperature (also applied to trainer log-probs)")
-    top_p: float = _help(1.0, "nucleus sampling mass")
-    max_new_tokens: int = _help(64, "longest response, in tokens")
-    rollout: RolloutConfig = _help(RolloutConfig(), "rollout engine settings")
-    old_logprobs: str = _help("recompute", "old-policy log-probs: 'recompute' (a no-grad pass of "
+    agg: str = option("seq-mean-token-mean", f"loss aggregation, one of {list(AGGS)}")
+    adv_scale: str = option("std", "advantage scaling: 'std' ((r-mean)/std) or 'none' (r-mean)")
+    log_ratio_clamp: float = option(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
+    kl_coef: float = option(0.0, "KL penalty to the starting model (paper: 0)")
+    temperature: float = option(1.0, "sampling temperature (also applied to trainer log-probs)")
+    top_p: float = option(1.0, "nucleus sampling mass")
+    max_new_tokens: int = option(64, "longest response, in tokens")
+    rollout: RolloutConfig = option(RolloutConfig(), "rollout engine settings")
+    old_logprobs: str = option("recompute", "old-policy log-probs: 'recompute' (a no-grad pass of "
                               "the trainer over the rollouts) or 'rollout' (the engine's own "
                               "sampled log-probs; skips that pass)")
-    routing_replay: bool = _help(False, "MoE only (Routing Replay): when computing the current "
+    routing_replay: bool = option(False, "MoE only (Routing Replay): when computing the current "
                                  "policy's log-probs, route each token to the experts the old "
                                  "policy's routers picked (recorded in the old-log-prob pass); the "
                                  "router weights of those experts are still the current router's, "
                                  "so it keeps learning. true on a dense model is an error")
-    routing_replay_source: str = _help("trainer", "MoE, with routing_replay: whose expert choices "
+    routing_replay_source: str = option("trainer", "MoE, with routing_replay: whose expert choices "
                                        "are replayed. 'trainer': the old policy's, recorded in the "
                                        "old-log-prob pass (needs old_logprobs: recompute); 'engine': "
                                        "the rollout engine's, recorded while it sampled, replayed "
                                        "in the old-log-prob pass (if any) and in the update (needs "
                                        "rollout.engine: torch)")
-    router_aux_loss_coef: float = _help(0.0, "MoE only: add this times the load-balancing loss "
+    router_aux_loss_coef: float = option(0.0, "MoE only: add this times the load-balancing loss "
                                         "(transformers' load_balancing_loss_func, padding masked) "
                                         "to each update's loss. 0: off, as in the paper's RL; the "
                                         "model config's own router_aux_loss_coef is not used in RL. "
                                         "> 0 on a dense model is an error")
-    moe_metrics: bool = _help(True, "MoE only: after each step's updates, one extra no-grad pass "
+    moe_metrics: bool = option(True, "MoE only: after each step's updates, one extra no-grad pass "
                               "over the rollout batch logs expert-activation volatility, load "
                               "balance and the aux loss (moe/* metrics); ignored for dense models")
-    reward_workers: int = _help(2, "parallel sandboxes scoring code-task rewards")
-    ckpt_every: int = _help(10, "steps between checkpoints (the last step is always saved)")
-    resume: bool = _help(True, "continue from the latest complete checkpoint in out_dir if any")
-    max_consecutive_nonfinite: int = _help(3, "stop after this many non-finite updates in a row")
-    seed: int = _help(0, "seed of prompt sampling, rollouts and minibatch order")
-    device: str = _help("cpu", "training device")
-    threads: int = _help(0, "torch intra-op threads (0: leave torch's default)")
+    reward_workers: int = option(2, "parallel sandboxes scoring code-task rewards")
+    ckpt_every: int = option(10, "steps between checkpoints (the last step is always saved)")
+    resume: bool = option(True, "continue from the latest complete checkpoint in out_dir if any")
+    max_consecutive_nonfinite: int = option(3, "stop after this many non-finite updates in a row")
+    seed: int = option(0, "seed of prompt sampling, rollouts and minibatch order")
+    device: str = option("cpu", "training device")
+    threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
 
     def __post_init__(self):
-        _check(self.algorithm in ALGORITHMS, "algorithm",
+        check(self.algorithm in ALGORITHMS, "algorithm",
                f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
         lo, hi = DEFAULT_EPS[ALGORITHMS[self.algorithm]]
         if self.eps_low is None:
             self.eps_low = lo
         if self.eps_high is None:
             self.eps_high = hi
-        _check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
+        check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
                      "max_consecutive_nonfinite"):
-            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
-        _check(self.group_size >= 2, "group_size",
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        check(self.group_size >= 2, "group_size",
                f"must be >= 2 for group-relative advantages, got {self.group_size}")
         n = self.prompts_per_step * self.group_size
-        _check(n % self.minibatches == 0, "minibatches",
+        check(n % self.minibatches == 0, "minibatches",
                f"{self.minibatches} does not divide the rollout batch of {n} sequences "
                "(prompts_per_step * group_size); pick a divisor")
-        _check(0 < self.eps_low < 1 and self.eps_high > 0, "eps_low/eps_high",
+        check(0 < self.eps_low < 1 and self.eps_high > 0, "eps_low/eps_high",
                "need 0 < eps_low < 1 and eps_high > 0")
-        _check(self.agg in AGGS, "agg", f"must be one of {list(AGGS)}, got {self.agg!r}")
-        _check(self.adv_scale in ("std", "none"), "adv_scale", "must be 'std' or 'none'")
-        _check(self.temperature > 0, "temperature", "must be > 0 for RL sampling")
-        _check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
-        _check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        _check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
-        _check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
+        check(self.agg in AGGS, "agg", f"must be one of {list(AGGS)}, got {self.agg!r}")
+        check(self.adv_scale in ("std", "none"), "adv_scale", "must be 'std' or 'none'")
+        check(self.temperature > 0, "temperature", "must be > 0 for RL sampling")
+        check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
+        check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
-        _check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",
+        check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",
                "'rollout' needs top_p: 1.0 (with a nucleus the engine's log-probs are of the "
                "truncated distribution, not the policy's)")
-        _check(self.routing_replay_source in ("trainer", "engine"), "routing_replay_source",
+        check(self.routing_replay_source in ("trainer", "engine"), "routing_replay_source",
                f"must be 'trainer' or 'engine', got {self.routing_replay_source!r}")
-        _check(self.routing_replay or self.routing_replay_source == "trainer", "routing_replay_source",
+        check(self.routing_replay or self.routing_replay_source == "trainer", "routing_replay_source",
                "'engine' says whose routing to replay; it needs routing_replay: true")
-        _check(not self.routing_replay or self.routing_replay_source == "engine"
+        check(not self.routing_replay or self.routing_replay_source == "engine"
                or self.old_logprobs == "recompute", "routing_replay",
                "needs old_logprobs: recompute (the old policy's routing is recorded in that pass), "
                "or routing_replay_source: engine to replay the rollout engine's routing")
-        _check(self.routing_replay_source == "trainer" or self.rollout.engine == "torch",
+        check(self.routing_replay_source == "trainer" or self.rollout.engine == "torch",
                "routing_replay_source", "'engine' needs rollout.engine: torch (the vLLM CPU build "
                f"does not return routed experts), got {self.rollout.engine!r}")
-        _check(self.router_aux_loss_coef >= 0, "router_aux_loss_coef",
+        check(self.router_aux_loss_coef >= 0, "router_aux_loss_coef",
                f"must be >= 0, got {self.router_aux_loss_coef}")
 
     @property
@@ -291,6 +291,16 @@ def _set_dotted(d: dict, dotted: str, value):
     d[keys[-1]] = value
 
 
+def apply_overrides(data: dict, overrides) -> dict:
+    """Set each `dotted.key=value` of `overrides` (values are YAML) in `data`, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        _set_dotted(data, k, yaml.safe_load(v))
+    return data
+
+
 def load(cls, path, overrides: list[str] = ()):
     """Load `cls` from YAML file `path`, then apply `key.sub=value` overrides (values are YAML)."""
     path = pathlib.Path(path)
@@ -304,11 +314,7 @@ def load(cls, path, overrides: list[str] = ()):
         raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of fields at the top level")
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        _set_dotted(data, k, yaml.safe_load(v))
+    apply_overrides(data, overrides)
     try:
         return from_dict(cls, data)
     except ConfigError as e:
@@ -330,20 +336,20 @@ def describe(cls) -> list[tuple[str, str, object, str]]:
 
 @dataclass
 class AimeDataConfig:
-    sft_n: int = _help(20000, "worked problems for SFT (train split)")
-    sft_steps: list[int] = _help([1, 2, 3], "add/subtract step counts mixed in the SFT set")
-    rl_n: int = _help(5000, "RL prompts (train split)")
-    rl_steps: list[int] = _help([3], "step counts of RL prompts")
-    test_n: int = _help(300, "held-out problems (test split)")
-    test_steps: list[int] = _help([3], "step counts of held-out problems")
-    max_operand: int = _help(9, "operands are drawn from 1..max_operand")
+    sft_n: int = option(20000, "worked problems for SFT (train split)")
+    sft_steps: list[int] = option([1, 2, 3], "add/subtract step counts mixed in the SFT set")
+    rl_n: int = option(5000, "RL prompts (train split)")
+    rl_steps: list[int] = option([3], "step counts of RL prompts")
+    test_n: int = option(300, "held-out problems (test split)")
+    test_steps: list[int] = option([3], "step counts of held-out problems")
+    max_operand: int = option(9, "operands are drawn from 1..max_operand")
 
     def __post_init__(self):
         for name in ("sft_n", "rl_n", "test_n", "max_operand"):
-            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
         for name in ("sft_steps", "rl_steps", "test_steps"):
             v = getattr(self, name)
-            _check(len(v) > 0 and all(s >= 0 for s in v), name, "must be a non-empty list of >= 0")
+            check(len(v) > 0 and all(s >= 0 for s in v), name, "must be a non-empty list of >= 0")
 
 
 @dataclass
@@ -352,19 +358,16 @@ class CodeDataConfig:
     drawn from a finite problem space (about 1,200 train and 140 test problems over all
     templates); asking for more than exists is an error naming the count."""
 
-    sft_n: int = _help(1000, "worked problems for SFT (train split)")
-    rl_n: int = _help(1000, "RL prompts (train split; may overlap the SFT problems)")
-    test_n: int = _help(100, "held-out problems (test split)")
-    templates: list[str] = _help([], "generator templates to draw from (empty: all of them)")
-    max_rating: int = _help(3500, "cf only: leave out templates rated above this")
+    sft_n: int = option(1000, "worked problems for SFT (train split)")
+    rl_n: int = option(1000, "RL prompts (train split; may overlap the SFT problems)")
+    test_n: int = option(100, "held-out problems (test split)")
+    templates: list[str] = option([], "generator templates to draw from (empty: all of them)")
+    max_rating: int = option(3500, "cf only: leave out templates rated above this")
 
     def __post_init__(self):
         for name in ("sft_n", "rl_n", "test_n"):
-            _check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
-        _check(self.max_rating >= 800, "max_rating", f"must be >= 800, got {self.max_rating}")
-
-
-DATA_TASKS = ("aime", "lcb", "cf")
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        check(self.max_rating >= 800, "max_rating", f"must be >= 800, got {self.max_rating}")
 
 
 @dataclass
@@ -374,38 +377,43 @@ class TaskFiles:
     file or a Hugging Face hub name) and written in the project's record layout; an empty split
     is generated as usual."""
 
-    sft: str = _help("", "worked problems for SFT (records need a solution; empty: generated)")
-    rl: str = _help("", "RL prompts (empty: generated)")
-    test: str = _help("", "held-out evaluation problems (empty: generated)")
-    limit: int = _help(0, "keep at most this many records of each loaded file (0: all)")
+    sft: str = option("", "worked problems for SFT (records need a solution; empty: generated)")
+    rl: str = option("", "RL prompts (empty: generated)")
+    test: str = option("", "held-out evaluation problems (empty: generated)")
+    limit: int = option(0, "keep at most this many records of each loaded file (0: all)")
 
     def __post_init__(self):
-        _check(self.limit >= 0, "limit", f"must be >= 0, got {self.limit}")
+        check(self.limit >= 0, "limit", f"must be >= 0, got {self.limit}")
 
 
 @dataclass
 class DataFiles:
-    aime: TaskFiles = _help(TaskFiles(), "real AIME-style data (evaluators.aime.load)")
-    lcb: TaskFiles = _help(TaskFiles(), "real LiveCodeBench data (evaluators.livecodebench.load)")
-    cf: TaskFiles = _help(TaskFiles(), "real CodeForces data (evaluators.codeforces.load)")
+    aime: TaskFiles = option(TaskFiles(), "real AIME-style data (evaluators.aime.load)")
+    lcb: TaskFiles = option(TaskFiles(), "real LiveCodeBench data (evaluators.livecodebench.load)")
+    cf: TaskFiles = option(TaskFiles(), "real CodeForces data (evaluators.codeforces.load)")
+
+
+# The tasks data can be made for are the fields of DataFiles: the library never lists the
+# benchmarks itself (evaluators.tasks.BENCHMARKS does; a test holds the two equal).
+DATA_TASKS = tuple(f.name for f in dataclasses.fields(DataFiles))
 
 
 @dataclass
 class DataGenConfig:
     """Procedurally generated task data (train / RL / held-out test splits, disjoint)."""
 
-    out_dir: str = _help("results/default/data", "where the JSONL files are written")
-    seed: int = _help(0, "generator seed")
-    test_fraction: float = _help(0.1, "share of the problem space reserved for the test split")
-    tasks: list[str] = _help(["aime"], "tasks to generate, any of aime, lcb, cf: files "
+    out_dir: str = option("results/default/data", "where the JSONL files are written")
+    seed: int = option(0, "generator seed")
+    test_fraction: float = option(0.1, "share of the problem space reserved for the test split")
+    tasks: list[str] = option(["aime"], "tasks to generate, any of aime, lcb, cf: files "
                              "<task>_sft.jsonl, <task>_rl.jsonl and <task>_test.jsonl each")
-    aime: AimeDataConfig = _help(AimeDataConfig(), "AIME-style math")
-    lcb: CodeDataConfig = _help(CodeDataConfig(), "LiveCodeBench-style code (evaluators.livecodebench)")
-    cf: CodeDataConfig = _help(CodeDataConfig(), "CodeForces-style code (evaluators.codeforces)")
-    files: DataFiles = _help(DataFiles(), "real data files replacing generated splits, per task")
+    aime: AimeDataConfig = option(AimeDataConfig(), "AIME-style math")
+    lcb: CodeDataConfig = option(CodeDataConfig(), "LiveCodeBench-style code (evaluators.livecodebench)")
+    cf: CodeDataConfig = option(CodeDataConfig(), "CodeForces-style code (evaluators.codeforces)")
+    files: DataFiles = option(DataFiles(), "real data files replacing generated splits, per task")
 
     def __post_init__(self):
-        _check(0 < self.test_fraction < 1, "test_fraction", "must lie in (0, 1)")
-        _check(len(self.tasks) > 0, "tasks", f"is empty; list some of {list(DATA_TASKS)}")
+        check(0 < self.test_fraction < 1, "test_fraction", "must lie in (0, 1)")
+        check(len(self.tasks) > 0, "tasks", f"is empty; list some of {list(DATA_TASKS)}")
         for t in self.tasks:
-            _check(t in DATA_TASKS, "tasks", f"unknown task {t!r}; expected some of {list(DATA_TASKS)}")
+            check(t in DATA_TASKS, "tasks", f"unknown task {t!r}; expected some of {list(DATA_TASKS)}")

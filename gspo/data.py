@@ -1,4 +1,5 @@
-"""Training data: weighted mixes of task-record files, stateless sampling, padded batches."""
+"""Training data: weighted mixes of task-record files, stateless sampling, prompt encoding,
+padded batches."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ class Mix:
         weights = [w for _, w, _ in self.files]
         picks = rng.choices(range(len(self.files)), weights=weights, k=n)
         return [rng.choice(self.files[i][2]) for i in picks]
+
+
+def encoder(tokenizer):
+    """text -> token ids, memoised: the one way SFT, RL and evaluation encode a prompt."""
+    cache: dict[str, list[int]] = {}
+
+    def enc(text: str) -> list[int]:
+        if text not in cache:
+            cache[text] = tokenizer(text, add_special_tokens=False).input_ids
+        return cache[text]
+    return enc
 
 
 def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,

@@ -96,24 +96,12 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))   # (B, T)
     c = log_ratio_clamp
 
-    if advantages.dim() == 1:
-        adv = advantages[:, None].expand(B, T)                     # (B, T)
-    elif level == "sequence":
+    if advantages.dim() == 2 and level == "sequence":
         raise ValueError("level='sequence' needs per-sequence advantages of shape (B,)")
-    else:
-        adv = advantages
-    adv = adv.to(logp.dtype)
+    adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1       # (B, T)
+           else advantages).to(logp.dtype)
 
-    if level == "token":
-        ratio = torch.exp(log_ratio.clamp(-c, c))                  # (B, T)
-    else:
-        seq_log_ratio = (log_ratio.sum(dim=1) / lengths).clamp(-c, c)   # (B,)
-        if level == "sequence":
-            ratio = torch.exp(seq_log_ratio)[:, None].expand(B, T)        # (B, T), s_i per token
-        else:
-            tok = torch.where(valid, logp - logp.detach(), torch.zeros_like(logp))
-            ratio = torch.exp(seq_log_ratio.detach()[:, None] + tok)      # (B, T), value s_i
-
+    ratio, seq_log_ratio = _ratio(logp, log_ratio, valid, lengths, level, c)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
     objective = torch.minimum(unclipped, clipped)
@@ -126,35 +114,54 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         per_token = per_token + kl_coef * kl_ref
     per_token = torch.where(valid, per_token, torch.zeros_like(per_token))
 
-    if agg == "seq-mean-token-mean":
-        loss = (per_token.sum(dim=1) / lengths).mean()
-    elif agg == "token-mean":
-        loss = per_token.sum() / m.sum().clamp(min=1)
-    else:
-        loss = per_token.sum(dim=1).mean()
-
+    loss = _aggregate(per_token, m, lengths, agg)
     with torch.no_grad():
-        is_clipped = (clipped < unclipped) & valid                 # (B, T)
-        seq_clipped = is_clipped.any(dim=1)                        # (B,)
-        lr = log_ratio.detach().clamp(-c, c)
-        approx_kl = _masked_mean(torch.exp(lr) - 1.0 - lr, m)
-        if level == "token":
-            r = ratio.detach()[valid]
-        else:
-            r = torch.exp(seq_log_ratio.detach())[valid.any(dim=1)]
-        if r.numel() == 0:
-            r = torch.ones(1)
-        metrics = {
-            "clip_frac_tokens": _masked_mean(is_clipped.to(m.dtype), m).item(),
-            "clip_frac_seqs": seq_clipped.float().mean().item(),
-            "ratio_mean": r.mean().item(),
-            "ratio_min": r.min().item(),
-            "ratio_max": r.max().item(),
-            "approx_kl": approx_kl.item(),
-        }
-        if kl_ref is not None:
-            metrics["kl_ref"] = _masked_mean(kl_ref.detach(), m).item()
+        ratios = ratio.detach()[valid] if level == "token" else \
+            torch.exp(seq_log_ratio.detach())[valid.any(dim=1)]
+        metrics = _loss_metrics((clipped < unclipped) & valid, m, log_ratio, ratios, c, kl_ref)
     return loss, metrics
+
+
+def _aggregate(per_token, m, lengths, agg: str) -> torch.Tensor:
+    """per_token (B, T), zero on padding -> the scalar loss (see policy_loss's `agg`)."""
+    if agg == "seq-mean-token-mean":
+        return (per_token.sum(dim=1) / lengths).mean()
+    if agg == "token-mean":
+        return per_token.sum() / m.sum().clamp(min=1)
+    return per_token.sum(dim=1).mean()
+
+
+def _ratio(logp, log_ratio, valid, lengths, level: str, c: float):
+    """The importance ratio per token, (B, T), and the sequence log-ratio, (B,) (None at token
+    level). GSPO: s_i = exp(mean_t log ratio) on every token of sequence i; GSPO-token: the same
+    value, with the gradient of each token's own log-prob (a stop-gradient on s_i)."""
+    B, T = logp.shape
+    if level == "token":
+        return torch.exp(log_ratio.clamp(-c, c)), None              # (B, T)
+    seq_log_ratio = (log_ratio.sum(dim=1) / lengths).clamp(-c, c)   # (B,)
+    if level == "sequence":
+        return torch.exp(seq_log_ratio)[:, None].expand(B, T), seq_log_ratio   # s_i per token
+    tok = torch.where(valid, logp - logp.detach(), torch.zeros_like(logp))
+    return torch.exp(seq_log_ratio.detach()[:, None] + tok), seq_log_ratio     # value s_i
+
+
+def _loss_metrics(is_clipped, m, log_ratio, ratios, c: float, kl_ref) -> dict[str, float]:
+    """The policy_loss metrics (see its docstring); is_clipped: (B, T) bool over valid tokens,
+    ratios: the token ratios (GRPO) or s_i of the non-empty sequences."""
+    lr = log_ratio.detach().clamp(-c, c)
+    approx_kl = _masked_mean(torch.exp(lr) - 1.0 - lr, m)
+    r = ratios if ratios.numel() else torch.ones(1)
+    metrics = {
+        "clip_frac_tokens": _masked_mean(is_clipped.to(m.dtype), m).item(),
+        "clip_frac_seqs": is_clipped.any(dim=1).float().mean().item(),
+        "ratio_mean": r.mean().item(),
+        "ratio_min": r.min().item(),
+        "ratio_max": r.max().item(),
+        "approx_kl": approx_kl.item(),
+    }
+    if kl_ref is not None:
+        metrics["kl_ref"] = _masked_mean(kl_ref.detach(), m).item()
+    return metrics
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0

@@ -1,4 +1,8 @@
-"""Cold-start SFT: next-token loss on response tokens only, over the tasks' worked solutions."""
+"""Cold-start SFT: next-token loss on response tokens only, over the tasks' worked solutions.
+
+The periodic greedy check scores completions with a `scorer(record, completion) -> float` given
+by the caller (pipeline.sft wires in evaluators.tasks.reward): the library never knows the
+benchmarks."""
 
 from __future__ import annotations
 
@@ -10,13 +14,17 @@ import time
 import torch
 from tqdm import tqdm
 
+from typing import Callable
+
 from gspo.checkpoint import publish_model, run_info, save_checkpoint, write_run_info
 from gspo.config import SFTConfig, to_dict
-from gspo.data import Mix, pad_batch, sequence_logprobs
+from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
 from gspo.models import PRESETS, build_tiny, load_model
-from gspo.tracking import MetricsLog, stage_run
+from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
+
+Scorer = Callable[[dict, str], float]     # (record, completion) -> score in [0, 1]
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
@@ -37,20 +45,10 @@ def initial_model(model: str, init_seed: int, work_dir: pathlib.Path):
     return load_model(path)
 
 
-def encoder(tokenizer):
-    cache: dict[str, list[int]] = {}
-
-    def enc(text: str) -> list[int]:
-        if text not in cache:
-            cache[text] = tokenizer(text, add_special_tokens=False).input_ids
-        return cache[text]
-    return enc
-
-
 @torch.no_grad()
-def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int) -> float:
+def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int,
+                    scorer: Scorer) -> float:
     """Share of records solved by greedy decoding (a quick progress signal, not the evaluation)."""
-    from evaluators.tasks import reward
     from gspo.rollout.torch_engine import TorchEngine
 
     engine = TorchEngine(None, model=copy.deepcopy(model))
@@ -59,16 +57,24 @@ def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int) 
                            max_new_tokens=max_new_tokens, seed=0,
                            stop_token_ids=[tokenizer.eos_token_id])
     texts = [tokenizer.decode(g[0].token_ids, skip_special_tokens=True) for g in outs]
-    return sum(reward(r, t) for r, t in zip(records, texts)) / max(len(records), 1)
+    return sum(scorer(r, t) for r, t in zip(records, texts)) / max(len(records), 1)
 
 
-def run_sft(cfg: SFTConfig) -> pathlib.Path:
-    # MLflow run (when MLFLOW_TRACKING_URI is set), status FINISHED / FAILED / KILLED.
-    with stage_run("sft", cfg.out_dir, commit="immediate"):
-        return _run_sft(cfg)
+def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
+            tracking: Tracking | None = None) -> pathlib.Path:
+    """Train; `scorer` (needed when cfg.eval_data is set) judges the greedy check's answers.
+    SFT always starts over, so the MLflow run a previous attempt left is superseded first."""
+    if cfg.eval_data and scorer is None:
+        raise ValueError("run_sft: eval_data is set, so a scorer(record, completion) is needed "
+                         "for the greedy check (e.g. evaluators.tasks.reward)")
+    tracking = tracking or Tracking()
+    supersede(cfg.out_dir, tracking)
+    # MLflow run (when tracking has a URI), status FINISHED / FAILED / KILLED.
+    with stage_run("sft", cfg.out_dir, commit="immediate", tracking=tracking):
+        return _run_sft(cfg, scorer)
 
 
-def _run_sft(cfg: SFTConfig) -> pathlib.Path:
+def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = pathlib.Path(cfg.out_dir)
@@ -115,13 +121,14 @@ def _run_sft(cfg: SFTConfig) -> pathlib.Path:
                    "tokens_trained": tokens, "compute_flops": total_flops,
                    "wall_s": time.time() - t0}
             if eval_recs and ((cfg.eval_every and step and step % cfg.eval_every == 0) or last):
-                rec["greedy_accuracy"] = greedy_accuracy(model, tok, eval_recs, max_resp)
+                rec["greedy_accuracy"] = greedy_accuracy(model, tok, eval_recs, max_resp, scorer)
                 model.train()
             log.log(step + 1, rec)
             bar.set_postfix(loss=f"{rec['loss']:.3f}",
                             **({"acc": f"{rec['greedy_accuracy']:.2f}"} if "greedy_accuracy" in rec else {}))
     ckpt = save_checkpoint(out / "checkpoints", cfg.steps, model, tok,
-                           {"step": cfg.steps, "compute_flops": total_flops})
+                           {"step": cfg.steps, "compute_flops": total_flops},
+                           meta={"stage": "sft", "compute_flops": total_flops})
     publish_model(ckpt, out / "model")
     write_json(out / "summary.json", {"steps": cfg.steps, "compute_flops": total_flops,
                                       "tokens_trained": tokens, "wall_s": time.time() - t0,

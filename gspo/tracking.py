@@ -1,20 +1,17 @@
 """Per-step metrics: an append-only JSONL file per run, mirrored into MLflow when tracking is on.
 
 `metrics.jsonl` (MetricsLog) is the source of truth a run writes locally. MLflow tracking is
-switched on by the environment, so that a stage's code never needs to know about it:
+given explicitly, as a `Tracking` value (store URI, experiment, run name, extra tags): the stage
+commands build it from their flags (`pipeline._cli`), and `Tracking()` (no URI) switches it off.
+Nothing here reads the environment.
 
-    MLFLOW_TRACKING_URI       where the runs go (sqlite:///results/mlflow.db, http://host:5000, ...);
-                              unset: no tracking at all
-    MLFLOW_EXPERIMENT_NAME    the experiment (created when missing; default "gspo-bench")
-    GSPO_MLFLOW_RUN_NAME      the run's name (default "<stage>-<algorithm>-seed<seed>")
-    GSPO_MLFLOW_TAGS          a JSON object of extra tags (the workflow adds its experiment, ...)
-
-`stage_run(stage, out_dir)` wraps a stage (gspo.sft.run_sft, gspo.trainer.run_rl). Inside it,
-every MetricsLog whose file lies in `out_dir` mirrors its records into one MLflow run:
+`stage_run(stage, out_dir, tracking=...)` wraps a stage (gspo.sft.run_sft, gspo.trainer.run_rl).
+Inside it, every MetricsLog whose file lies in `out_dir` mirrors its records into one MLflow run:
 
 - the run is created at the stage's first record, with params = the resolved config of
   `out_dir/run_info.json` (flattened, dotted keys) and tags stage, algorithm, seed, config_hash,
-  git_commit, data_hash.<file> (sha256 of each training file), versions and the command;
+  git_commit, data_hash.<file> (sha256 of each training file), versions, the command and the
+  Tracking's own tags;
 - its id is kept in `out_dir/mlflow_run.json`; a resumed stage (MetricsLog(resume_step=...)) with
   that file reopens the same run instead of making a new one, first dropping any training
   metric it holds beyond the resume step (truncate_metrics), as MetricsLog does with its file;
@@ -27,23 +24,59 @@ every MetricsLog whose file lies in `out_dir` mirrors its records into one MLflo
 
 A tracking failure after the run exists (a locked or unreachable store, after retries) is
 reported on stderr and never stops training: metrics.jsonl still has everything.
+
+`supersede(out_dir, tracking)` forgets the run a stage's previous attempt left (a stage about to
+start over); evaluations are recorded by `record_evaluations` (gspo.eval_tracking).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
-import os
 import pathlib
 import signal
 import sys
 import threading
-import time
 
-DEFAULT_EXPERIMENT = "gspo-bench"
+from gspo.mlflow_store import (DEFAULT_EXPERIMENT, artifact_root_for, client,  # noqa: F401
+                               experiment_id, flatten, fresh_summary_run, log_metrics,
+                               log_params, numeric_metrics, replace_metrics, retry, run_tags,
+                               set_tags, stage_runs, truncate_metrics)
+
 RUN_FILE = "mlflow_run.json"
 ARTIFACTS = ("run_info.json", "summary.json", "metrics.jsonl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracking:
+    """Where a stage's MLflow run goes. `uri` None: no tracking at all."""
+
+    uri: str | None = None
+    experiment: str = DEFAULT_EXPERIMENT
+    run_name: str = ""           # "": <stage>-<algorithm>-seed<seed>
+    tags: dict = dataclasses.field(default_factory=dict)   # extra tags of every run it makes
+
+    @property
+    def enabled(self) -> bool:
+        return self.uri is not None
+
+    def client(self):
+        return client(self.uri)
+
+    def experiment_id(self) -> str:
+        """The experiment's id, created (once, even with concurrent callers) when missing; a
+        SQLite store's folder is created first."""
+        if self.uri.startswith("sqlite:///"):
+            pathlib.Path(self.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        return experiment_id(self.client(), self.experiment)
+
+    def with_(self, **changes) -> "Tracking":
+        """A copy with fields replaced; `tags` are merged into the current ones."""
+        if "tags" in changes:
+            changes["tags"] = {**self.tags, **changes["tags"]}
+        return dataclasses.replace(self, **changes)
 
 
 class MetricsLog:
@@ -86,223 +119,20 @@ def read_metrics(path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-# -- MLflow helpers (also used by the workflow and the report) ----------------------------------
-
-def tracking_uri() -> str | None:
-    """The tracking URI from the environment, or None (tracking off)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or None
-
-
-def client(uri: str | None = None):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri or tracking_uri())
-
-
-def _is_locked(e: Exception) -> bool:
-    text = str(e).lower()
-    return "locked" in text or "busy" in text
-
-
-def retry(fn, *args, attempts: int = 8, **kwargs):
-    """fn(*args, **kwargs), retried with back-off while the store reports it is locked/busy."""
-    for i in range(attempts):
+def supersede(out_dir, tracking: Tracking) -> None:
+    """A stage about to start over in `out_dir`: soft-delete the MLflow run its previous attempt
+    left (the experiment then shows one live run per stage, variant and seed) and forget it."""
+    run_file = pathlib.Path(out_dir) / RUN_FILE
+    if not run_file.is_file():
+        return
+    prev = json.loads(run_file.read_text())
+    if tracking.enabled and prev.get("tracking_uri") == tracking.uri:
         try:
-            return fn(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - MlflowException / sqlalchemy OperationalError
-            if i == attempts - 1 or not _is_locked(e):
-                raise
-            time.sleep(0.2 * 2 ** i)
-
-
-def artifact_root_for(uri: str) -> str | None:
-    """Artifacts of a sqlite store go next to the database file (`<db dir>/mlartifacts`)."""
-    if uri.startswith("sqlite:///"):
-        db = pathlib.Path(uri[len("sqlite:///"):])
-        return (db.resolve().parent / "mlartifacts").as_uri()
-    return None
-
-
-def experiment_id(cl, name: str, *, create: bool = True) -> str | None:
-    """The id of experiment `name`, created (once, even with concurrent callers) when missing."""
-    exp = retry(cl.get_experiment_by_name, name)
-    if exp is not None:
-        if exp.lifecycle_stage == "deleted":
-            raise RuntimeError(
-                f"MLflow experiment {name!r} (id {exp.experiment_id}) is deleted in "
-                f"{cl.tracking_uri}: restore it (mlflow experiments restore --experiment-id "
-                f"{exp.experiment_id}) or remove it for good (mlflow gc --backend-store-uri "
-                f"{cl.tracking_uri} --experiment-ids {exp.experiment_id})")
-        return exp.experiment_id
-    if not create:
-        return None
-    try:
-        return retry(cl.create_experiment, name,
-                     artifact_location=artifact_root_for(cl.tracking_uri))
-    except Exception:  # noqa: BLE001 - another process created it first
-        exp = retry(cl.get_experiment_by_name, name)
-        if exp is None:
-            raise
-        return exp.experiment_id
-
-
-def flatten(d, prefix: str = "") -> dict[str, str]:
-    """Nested config -> {"a.b": "value"}; lists of mappings are indexed (train_data.0.path)."""
-    out: dict[str, str] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    elif isinstance(d, list) and any(isinstance(v, (dict, list)) for v in d):
-        for i, v in enumerate(d):
-            out.update(flatten(v, f"{prefix}{i}."))
-    else:
-        key = prefix[:-1]
-        out[key] = json.dumps(d) if isinstance(d, (list, bool)) or d is None else str(d)
-    return out
-
-
-def numeric_metrics(metrics: dict) -> dict[str, float]:
-    """The entries MLflow can take as metrics (numbers; 'nan'/'inf' strings of MetricsLog)."""
-    out = {}
-    for k, v in metrics.items():
-        if isinstance(v, bool):
-            v = int(v)
-        if isinstance(v, (int, float)):
-            out[k] = float(v)
-        elif isinstance(v, str) and v.lower() in ("nan", "inf", "-inf"):
-            out[k] = float(v)
-    return out
-
-
-def log_metrics(cl, run_id: str, rows: list[tuple[int, dict]]) -> None:
-    """Log [(step, {key: value})] in batches of MLflow's 1000-metric limit."""
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    batch = [Metric(k, v, now, int(step)) for step, m in rows for k, v in numeric_metrics(m).items()]
-    for i in range(0, len(batch), 1000):
-        retry(cl.log_batch, run_id, metrics=batch[i:i + 1000])
-
-
-def replace_metrics(cl, run_id: str, step: int, metrics: dict) -> None:
-    """Log `metrics` at `step`, first removing values already logged for those keys at that step
-    (an evaluation re-run with new settings must not leave two points at one step). The removal
-    works on SQL stores (sqlite, postgres, ...); elsewhere the new value is simply added."""
-    keys = list(numeric_metrics(metrics))
-    try:
-        from mlflow.store.tracking.dbmodels.models import SqlMetric
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        store = cl._tracking_client.store
-        if isinstance(store, SqlAlchemyStore) and keys:
-            def delete():
-                with store.ManagedSessionMaker(read_only=False) as session:
-                    session.query(SqlMetric).filter(
-                        SqlMetric.run_uuid == run_id, SqlMetric.key.in_(keys),
-                        SqlMetric.step == int(step)).delete(synchronize_session=False)
-            retry(delete)
-    except ImportError:
-        pass
-    log_metrics(cl, run_id, [(step, metrics)])
-
-
-def truncate_metrics(cl, run_id: str, after_step: int, *, keep_prefix: str = "eval") -> int:
-    """Drop a run's metric values logged at steps > `after_step` (keys starting with
-    `keep_prefix` are kept: those are evaluation scores, re-logged by their own jobs). A resumed
-    stage calls this so that MLflow, like metrics.jsonl, holds exactly one value per step even
-    when the earlier attempt had logged beyond the checkpoint it resumes from. SQL stores only;
-    returns the number of values dropped."""
-    try:
-        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    except ImportError:
-        return 0
-    store = cl._tracking_client.store
-    if not isinstance(store, SqlAlchemyStore):
-        return 0
-
-    def delete():
-        with store.ManagedSessionMaker(read_only=False) as session:
-            n = session.query(SqlMetric).filter(
-                SqlMetric.run_uuid == run_id, SqlMetric.step > int(after_step),
-                ~SqlMetric.key.startswith(keep_prefix)).delete(synchronize_session=False)
-            # latest_metrics rows pointing past the cut are rebuilt from what is left
-            stale = session.query(SqlLatestMetric).filter(
-                SqlLatestMetric.run_uuid == run_id, SqlLatestMetric.step > int(after_step),
-                ~SqlLatestMetric.key.startswith(keep_prefix)).all()
-            for row in stale:
-                last = session.query(SqlMetric).filter(
-                    SqlMetric.run_uuid == run_id, SqlMetric.key == row.key).order_by(
-                    SqlMetric.step.desc(), SqlMetric.timestamp.desc()).first()
-                if last is None:
-                    session.delete(row)
-                else:
-                    row.step, row.value, row.timestamp, row.is_nan = \
-                        last.step, last.value, last.timestamp, last.is_nan
-            return n
-    return retry(delete)
-
-
-def run_tags(info: dict, stage: str) -> dict[str, str]:
-    """Tags of a stage's run from its run_info.json record."""
-    cfg = info.get("config", {})
-    tags = {
-        "stage": stage,
-        "algorithm": str(info.get("algorithm") or cfg.get("algorithm") or stage),
-        "seed": str(info.get("seed", cfg.get("seed"))),
-        "config_hash": str(info.get("config_hash", "")),
-        "git_commit": str(info.get("git_commit", "")),
-        "mlflow.source.git.commit": str(info.get("git_commit", "")).replace("-dirty", ""),
-        "command": str(info.get("command", ""))[:5000],
-    }
-    for path, digest in (info.get("data_hashes") or {}).items():
-        tags[f"data_hash.{pathlib.Path(path).name}"] = digest
-    for name, version in (info.get("versions") or {}).items():
-        tags[f"version.{name}"] = str(version)
-    extra = os.environ.get("GSPO_MLFLOW_TAGS")
-    if extra:
-        tags.update({k: str(v) for k, v in json.loads(extra).items()})
-    return tags
-
-
-def stage_runs(cl, exp_id: str, stage: str) -> list:
-    """Every run of the experiment tagged `stage`, across result pages."""
-    out, token = [], None
-    while True:
-        page = retry(cl.search_runs, [exp_id], f"tags.stage = '{stage}'", max_results=1000,
-                     page_token=token)
-        out += list(page)
-        token = page.token
-        if not token:
-            return out
-
-
-def fresh_summary_run(cl, exp_id: str, stage: str) -> str:
-    """A new run for a once-per-experiment stage (aggregate, report), replacing earlier ones so the
-    UI shows one current summary; tagged like stage runs, including GSPO_MLFLOW_TAGS."""
-    for old in stage_runs(cl, exp_id, stage):
-        retry(cl.delete_run, old.info.run_id)
-    tags = {"stage": stage, "algorithm": "all"}
-    extra = os.environ.get("GSPO_MLFLOW_TAGS")
-    if extra:
-        tags.update({k: str(v) for k, v in json.loads(extra).items()})
-    return retry(cl.create_run, exp_id, tags=tags, run_name=stage).info.run_id
-
-
-def log_params(cl, run_id: str, params: dict[str, str]) -> None:
-    from mlflow.entities import Param
-
-    items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())]
-    for i in range(0, len(items), 100):
-        retry(cl.log_batch, run_id, params=items[i:i + 100])
-
-
-def set_tags(cl, run_id: str, tags: dict[str, str]) -> None:
-    from mlflow.entities import RunTag
-
-    items = [RunTag(k, v) for k, v in tags.items()]
-    for i in range(0, len(items), 100):
-        retry(cl.log_batch, run_id, tags=items[i:i + 100])
+            retry(tracking.client().delete_run, prev["run_id"])
+            print(f"mlflow: superseded run {prev['run_id']} deleted")
+        except Exception as e:  # noqa: BLE001 - already gone
+            print(f"mlflow: previous run {prev['run_id']} not deleted ({e})")
+    run_file.unlink()
 
 
 def status_for(exc: BaseException | None) -> str:
@@ -357,14 +187,16 @@ def _warn(msg: str) -> None:
 class StageRun:
     """The MLflow run of one stage (see the module doc); inert when tracking is off."""
 
-    def __init__(self, stage: str, out_dir, *, commit: str = "immediate"):
+    def __init__(self, stage: str, out_dir, *, commit: str = "immediate",
+                 tracking: Tracking | None = None):
         if commit not in ("immediate", "checkpoint"):
             raise ValueError(f"commit must be 'immediate' or 'checkpoint', got {commit!r}")
         self.stage = stage
         self.out_dir = pathlib.Path(out_dir).resolve()
         self.commit_mode = commit
-        self.uri = tracking_uri()
-        self.enabled = self.uri is not None
+        self.tracking = tracking or Tracking()
+        self.uri = self.tracking.uri
+        self.enabled = self.tracking.enabled
         self.run_id: str | None = None
         self.resume_step: int | None = None
         self._buffer: list[tuple[int, dict]] = []
@@ -428,11 +260,10 @@ class StageRun:
                     retry(cl.update_run, self.run_id, status="RUNNING")
                     set_tags(cl, self.run_id, {"resumed_at_step": str(self.resume_step)})
                     return
-        exp_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
-        exp_id = experiment_id(cl, exp_name)
-        tags = run_tags(info, self.stage)
-        name = os.environ.get("GSPO_MLFLOW_RUN_NAME") or \
-            f"{self.stage}-{tags['algorithm']}-seed{tags['seed']}"
+        exp_name = self.tracking.experiment
+        exp_id = self.tracking.experiment_id()
+        tags = run_tags(info, self.stage, self.tracking.tags)
+        name = self.tracking.run_name or f"{self.stage}-{tags['algorithm']}-seed{tags['seed']}"
         run = retry(cl.create_run, exp_id, tags=tags, run_name=name)
         self.run_id = run.info.run_id
         from gspo.io import write_json
@@ -467,9 +298,9 @@ class StageRun:
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, out_dir, *, commit: str = "immediate"):
+def stage_run(stage: str, out_dir, *, commit: str = "immediate", tracking: Tracking | None = None):
     """Track the stage writing into `out_dir` (see the module doc); yields the StageRun."""
-    run = StageRun(stage, out_dir, commit=commit)
+    run = StageRun(stage, out_dir, commit=commit, tracking=tracking)
     _ACTIVE.append(run)
     exc: BaseException | None = None
     try:
@@ -481,3 +312,127 @@ def stage_run(stage: str, out_dir, *, commit: str = "immediate"):
     finally:
         _ACTIVE.remove(run)
         run.close(exc)
+
+
+# -- evaluations ------------------------------------------------------------------------------
+
+def eval_metrics(bench: str, summary: dict, prefix: str) -> dict[str, float]:
+    """Flat MLflow metrics of one benchmark's summary: <prefix>pass_at_1 (= avg@n), its CI,
+    pass_at_<k> for each k, cf's rating."""
+    s = summary["benchmarks"][bench]
+    m = {f"{prefix}pass_at_1": s["avg@n"], f"{prefix}pass_at_1_ci_low": s["avg@n_ci"][0],
+         f"{prefix}pass_at_1_ci_high": s["avg@n_ci"][1], f"{prefix}n_problems": s["n_problems"]}
+    for k, v in s.items():
+        if k.startswith("pass@") and not k.endswith("_ci") and k not in ("pass@k", "pass@1"):
+            m[f"{prefix}pass_at_{k[5:]}"] = v
+    rating = s.get("rating")
+    if isinstance(rating, dict) and rating.get("rating") is not None:
+        m[f"{prefix}rating"] = rating["rating"]
+    elif isinstance(rating, (int, float)):
+        m[f"{prefix}rating"] = rating
+    return m
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalPoint:
+    """One evaluated model of a run: its budget (percent of the run's steps; 0 = the model the
+    run started from), RL step, cumulative RL compute and the folder of <bench>/ results."""
+
+    budget: int
+    step: int
+    compute_flops: float
+    folder: pathlib.Path
+
+    @classmethod
+    def read(cls, budget: int, folder) -> "EvalPoint":
+        """Budget 0 is step 0 at no compute; otherwise step and compute come from the
+        checkpoint.json that evaluation wrote beside the results."""
+        folder = pathlib.Path(folder)
+        if budget == 0:
+            return cls(0, 0, 0.0, folder)
+        metas = sorted(folder.glob("*/checkpoint.json"))
+        if not metas:
+            raise FileNotFoundError(f"{folder}: no <benchmark>/checkpoint.json (was the model "
+                                    "a training checkpoint?)")
+        meta = json.loads(metas[0].read_text())
+        return cls(budget, int(meta["step"]), float(meta["compute_flops"]), folder)
+
+    def summaries(self) -> list[tuple[str, dict, pathlib.Path]]:
+        out = []
+        for p in sorted(self.folder.glob("*/summary.json")):
+            summary = json.loads(p.read_text())
+            out.append((next(iter(summary["benchmarks"])), summary, p.parent))
+        return out
+
+
+def _sha_text(obj) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _log_eval_run(cl, exp: str, tags: dict, point: EvalPoint, bench: str, summary: dict,
+                  src: pathlib.Path) -> str:
+    """One MLflow run (stage=eval) for one evaluated model and benchmark, nested under the run
+    that trained it (tags carry mlflow.parentRunId), with summary.json and results.jsonl."""
+    cfg = summary.get("config", {})
+    tags = {**tags, "budget": str(point.budget), "benchmark": bench, "step": str(point.step),
+            "model": summary["settings"]["model"], "eval_config_sha": _sha_text(cfg)}
+    name = f"eval-{tags['variant']}-seed{tags['seed']}-b{point.budget}-{bench}"
+    rid = retry(cl.create_run, exp, tags=tags, run_name=name).info.run_id
+    log_params(cl, rid, flatten(cfg))
+    log_metrics(cl, rid, [(point.step, {**eval_metrics(bench, summary, ""),
+                                        "compute_flops": point.compute_flops,
+                                        "step": point.step})])
+    for fname in ("summary.json", "results.jsonl"):
+        if (src / fname).is_file():
+            retry(cl.log_artifact, rid, str(src / fname))
+    retry(cl.set_terminated, rid, "FINISHED")
+    return rid
+
+
+def _log_into_training_run(cl, run_id: str, bench: str, summary: dict, point: EvalPoint) -> None:
+    """The model's scores as metrics of the run that trained it, at the model's step
+    (eval/<bench>/pass_at_1, its CI, pass_at_<k>; step 0 also gets compute_flops 0), and keyed
+    by compute (eval_by_gflops/<bench>/pass_at_1 at step = cumulative GFLOPs), replacing values
+    logged earlier at those steps."""
+    m = eval_metrics(bench, summary, f"eval/{bench}/")
+    if point.step == 0:
+        m["compute_flops"] = point.compute_flops
+    replace_metrics(cl, run_id, point.step, m)
+    replace_metrics(cl, run_id, int(round(point.compute_flops / 1e9)),
+                    {f"eval_by_gflops/{bench}/pass_at_1": m[f"eval/{bench}/pass_at_1"]})
+
+
+def record_evaluations(run_dir, points: list[EvalPoint], *, tracking: Tracking, variant: str,
+                       seed: int) -> dict:
+    """Record the evaluations of the run in `run_dir` (SFT or RL) in MLflow: an eval run per
+    (point, benchmark) nested under the run, which replace the eval runs recorded earlier for
+    (variant, seed); for an RL run also the scores as its own metrics at each point's step.
+    Returns {run_id, eval_runs: {"b<budget>/<bench>": id}} ({} of ids when tracking is off or
+    the run has no MLflow run)."""
+    run_dir = pathlib.Path(run_dir)
+    info = json.loads((run_dir / "run_info.json").read_text())
+    stage = info.get("stage", "rl")
+    run_file = run_dir / RUN_FILE
+    rid = json.loads(run_file.read_text())["run_id"] if run_file.is_file() else None
+    record: dict = {"run_id": rid, "eval_runs": {}}
+    if not tracking.enabled:
+        return record
+    if rid is None:
+        print(f"warning: {run_dir} has no MLflow run; evaluations not recorded", file=sys.stderr)
+        return record
+    cl, exp = tracking.client(), tracking.experiment_id()
+    flt = f"tags.stage = 'eval' and tags.variant = '{variant}' and tags.seed = '{seed}'"
+    for old in retry(cl.search_runs, [exp], flt, max_results=1000):
+        retry(cl.delete_run, old.info.run_id)
+    tags = {"stage": "eval", "algorithm": str(info.get("algorithm") or stage),
+            "variant": variant, "seed": str(seed), "mlflow.parentRunId": rid,
+            "trained_by_run": rid, **{k: str(v) for k, v in tracking.tags.items()}}
+    for point in points:
+        for bench, summary, src in point.summaries():
+            record["eval_runs"][f"b{point.budget}/{bench}"] = _log_eval_run(
+                cl, exp, tags, point, bench, summary, src)
+            if stage == "rl":
+                _log_into_training_run(cl, rid, bench, summary, point)
+    return record

@@ -1,7 +1,7 @@
 """The RL loop shared by GRPO, GSPO and GSPO-token; `cfg.algorithm` is the only switch.
 
-One step:  sample prompts -> G rollouts each (engine) -> rewards (the benchmark's own scoring)
--> group advantages -> old log-probs (one no-grad pass of the policy) -> `epochs` x `minibatches`
+One step:  sample prompts -> G rollouts each (engine) -> rewards (`reward_fn`, given by the
+caller: the trainer never knows the benchmarks) -> group advantages -> old log-probs (one no-grad pass of the policy) -> `epochs` x `minibatches`
 clipped updates -> sync the new weights into the engine -> log -> maybe checkpoint.
 
 The first minibatch of each step is on-policy (ratio exactly 1); the later ones are not, which is
@@ -16,25 +16,29 @@ import copy
 import math
 import pathlib
 import time
+from typing import Callable
 
 import torch
 from tqdm import tqdm
 
+from gspo import checkpoint as ckpt
 from gspo import moe, objectives
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, save_checkpoint,
                              write_run_info, STATE)
 from gspo.config import RLConfig, to_dict
-from gspo.data import Mix, pad_batch, sequence_logprobs
+from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
+from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
 from gspo.models import load_model
 from gspo.rollout import make_engine
-from gspo.sft import encoder
-from gspo.tracking import MetricsLog, stage_run
+from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
+
+# (records, completions) -> one reward per pair; e.g. evaluators.tasks.rewards, which scores each
+# completion with its benchmark's own scoring (pipeline.train wires it in).
+RewardFn = Callable[[list[dict], list[str]], list[float]]
 
 
-class TrainingError(RuntimeError):
-    pass
 
 
 def _step_seed(seed: int, step: int, salt: int) -> int:
@@ -46,8 +50,9 @@ def _finite(*xs) -> bool:
 
 
 class Trainer:
-    def __init__(self, cfg: RLConfig):
+    def __init__(self, cfg: RLConfig, reward_fn: RewardFn):
         self.cfg = cfg
+        self.reward_fn = reward_fn
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.out = pathlib.Path(cfg.out_dir)
@@ -105,8 +110,6 @@ class Trainer:
 
     # -- one rollout batch --------------------------------------------------------------------
     def rollout(self, step: int):
-        from evaluators.tasks import rewards
-
         cfg = self.cfg
         recs = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
         prompts = [self.enc(r["prompt"]) for r in recs]
@@ -122,8 +125,7 @@ class Trainer:
                 flat_p.append(p)
                 flat_c.append(c)
                 texts.append(self.tok.decode(c.token_ids, skip_special_tokens=True))
-        r = rewards(flat_r, texts, workers=cfg.reward_workers)
-        return flat_p, flat_c, torch.tensor(r)
+        return flat_p, flat_c, torch.tensor(self.reward_fn(flat_r, texts))
 
     def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         self.state["old_logprob_passes"] += 1
@@ -172,93 +174,88 @@ class Trainer:
         for _ in range(cfg.epochs):
             perm = torch.randperm(N, generator=gen)
             for mb in perm.chunk(cfg.minibatches):
-                self.opt.zero_grad(set_to_none=True)
-                mbs = cfg.micro_batch_size or len(mb)
-                mask_all = batch["target_mask"][mb]
-                tot_tokens = mask_all.sum().clamp(min=1)
-                loss_sum = 0.0
-                metrics_acc: dict[str, list] = {}
-                for j in range(0, len(mb), mbs):
-                    idx = mb[j:j + mbs]
-                    sub = {k: v[idx] for k, v in batch.items()}
-                    on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
-                    # MoE: replay the old routing of these rows; in 'rollout' mode record the
-                    # on-policy minibatch's routing as the old one (for the volatility metric).
-                    with moe.routing_hooks(
-                            self.policy,
-                            replay=self.old_routing.rows(idx) if cfg.routing_replay else None,
-                            record=(self.is_moe and on_policy and cfg.moe_metrics
-                                    and cfg.old_logprobs == "rollout"),
-                            keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks:
-                        logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature,
-                                                      with_entropy=True)
-                    if on_policy:
-                        first.setdefault("idx", []).append(idx)
-                        first.setdefault("logp", []).append(logp.detach())
-                        first.setdefault("entropy", []).append(ent.detach())
-                        if hooks.record:
-                            first.setdefault("routing", []).append(hooks.routing(own=True))
-                    ref_logp = None
-                    if self.ref is not None:
-                        with torch.no_grad():
-                            ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature)
-                    loss, m = objectives.policy_loss(
-                        logp, old_logp[idx], adv[idx], sub["target_mask"], level=cfg.level,
-                        eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
-                        log_ratio_clamp=cfg.log_ratio_clamp, ref_logp=ref_logp,
-                        kl_coef=cfg.kl_coef)
-                    if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
-                        aux = hooks.aux_loss(sub["attention_mask"])
-                        loss = loss + cfg.router_aux_loss_coef * aux
-                        m["moe/aux_loss_train"] = aux.item()
-                    # Weight micro-batches so their sum equals the minibatch's own aggregate.
-                    w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
-                         else torch.tensor(len(idx) / len(mb)))
-                    (loss * w).backward()
-                    loss_sum += loss.item() * float(w)
-                    for k, v in m.items():
-                        metrics_acc.setdefault(k, []).append((v, float(w)))
+                on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
+                loss_sum, acc = self._accumulate(batch, mb, old_logp, adv,
+                                                 first if on_policy else None)
                 gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
                 if not _finite(loss_sum, gnorm):
                     self.opt.zero_grad(set_to_none=True)
                     skipped += 1
-                    self.state["nonfinite_skips"] += 1
-                    self._consecutive_nonfinite += 1
-                    if self._consecutive_nonfinite >= cfg.max_consecutive_nonfinite:
-                        raise TrainingError(
-                            f"step {step + 1}: {self._consecutive_nonfinite} non-finite updates in "
-                            f"a row (loss={loss_sum}, grad_norm={float(gnorm)}); stopping. Lower "
-                            "lr, check the rewards and data, or raise max_consecutive_nonfinite")
+                    self._nonfinite(step, loss_sum, gnorm)
                     continue
                 self._consecutive_nonfinite = 0
                 self.opt.step()
-                rec = {k: (min(x for x, _ in v) if k == "ratio_min" else
-                           max(x for x, _ in v) if k == "ratio_max" else
-                           sum(x * w for x, w in v)) for k, v in metrics_acc.items()}
+                rec = _combine(acc)
                 rec["loss"] = loss_sum
                 rec["grad_norm"] = float(gnorm)
-                if not per_mb and not skipped:
+                if on_policy:
                     # On-policy: with recomputed old log-probs every ratio is exactly 1 here, so
                     # whatever this minibatch clips comes from the engine/trainer mismatch alone.
                     first["clip_frac_onpolicy"] = rec.get("clip_frac_tokens", 0.0)
                 per_mb.append(rec)
-        routing = first.pop("routing", None)
-        clip_on = first.pop("clip_frac_onpolicy", None)
-        first = {k: torch.cat(v) for k, v in first.items()}
-        if routing:
-            first["routing"] = moe.Routing.cat(routing)
-        if not per_mb:
-            return {}, skipped, first
-        out = {}
-        for k in per_mb[0]:
-            vals = [r[k] for r in per_mb]
-            out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
-                sum(vals) / len(vals)
-        if clip_on is not None:
-            out["clip_frac_tokens_onpolicy"] = clip_on
-        if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
-            out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
-        return out, skipped, first
+        return _update_summary(per_mb, first), skipped, _first_of(first)
+
+    def _nonfinite(self, step: int, loss_sum: float, gnorm) -> None:
+        self.state["nonfinite_skips"] += 1
+        self._consecutive_nonfinite += 1
+        if self._consecutive_nonfinite >= self.cfg.max_consecutive_nonfinite:
+            raise TrainingError(
+                f"step {step + 1}: {self._consecutive_nonfinite} non-finite updates in "
+                f"a row (loss={loss_sum}, grad_norm={float(gnorm)}); stopping. Lower "
+                "lr, check the rewards and data, or raise max_consecutive_nonfinite")
+
+    def _accumulate(self, batch, mb, old_logp, adv, first: dict | None):
+        """Gradients of one minibatch, micro-batch by micro-batch; (loss, [(metric, weight)])."""
+        cfg = self.cfg
+        self.opt.zero_grad(set_to_none=True)
+        mbs = cfg.micro_batch_size or len(mb)
+        tot_tokens = batch["target_mask"][mb].sum().clamp(min=1)
+        loss_sum = 0.0
+        acc: dict[str, list] = {}
+        for j in range(0, len(mb), mbs):
+            idx = mb[j:j + mbs]
+            sub = {k: v[idx] for k, v in batch.items()}
+            loss, m = self._micro_loss(sub, idx, old_logp, adv, first)
+            # Weight micro-batches so their sum equals the minibatch's own aggregate.
+            w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
+                 else torch.tensor(len(idx) / len(mb)))
+            (loss * w).backward()
+            loss_sum += loss.item() * float(w)
+            for k, v in m.items():
+                acc.setdefault(k, []).append((v, float(w)))
+        return loss_sum, acc
+
+    def _micro_loss(self, sub, idx, old_logp, adv, first: dict | None):
+        """The policy loss of one micro-batch; `first` collects the on-policy minibatch's view."""
+        cfg = self.cfg
+        # MoE: replay the old routing of these rows; in 'rollout' mode record the on-policy
+        # minibatch's routing as the old one (for the volatility metric).
+        with moe.routing_hooks(
+                self.policy,
+                replay=self.old_routing.rows(idx) if cfg.routing_replay else None,
+                record=(self.is_moe and first is not None and cfg.moe_metrics
+                        and cfg.old_logprobs == "rollout"),
+                keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks:
+            logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature, with_entropy=True)
+        if first is not None:
+            first.setdefault("idx", []).append(idx)
+            first.setdefault("logp", []).append(logp.detach())
+            first.setdefault("entropy", []).append(ent.detach())
+            if hooks.record:
+                first.setdefault("routing", []).append(hooks.routing(own=True))
+        ref_logp = None
+        if self.ref is not None:
+            with torch.no_grad():
+                ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature)
+        loss, m = objectives.policy_loss(
+            logp, old_logp[idx], adv[idx], sub["target_mask"], level=cfg.level,
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
+            log_ratio_clamp=cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=cfg.kl_coef)
+        if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
+            aux = hooks.aux_loss(sub["attention_mask"])
+            loss = loss + cfg.router_aux_loss_coef * aux
+            m["moe/aux_loss_train"] = aux.item()
+        return loss, m
 
     # -- the loop -----------------------------------------------------------------------------
     def train(self) -> pathlib.Path:
@@ -267,89 +264,88 @@ class Trainer:
         bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]",
                    initial=self.start_step, total=cfg.steps, dynamic_ncols=True)
         for step in bar:
-            for g in self.opt.param_groups:
-                g["lr"] = self.lr_at(step)
-            t0 = time.perf_counter()
-            prompts, comps, rewards = self.rollout(step)
-            t1 = time.perf_counter()
-            batch = pad_batch(prompts, [c.token_ids for c in comps], self.tok.pad_token_id)
-            batch = {k: v.to(cfg.device) for k, v in batch.items()}
-            mask = batch["target_mask"]
-            adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
-            if self.want_engine_routing:
-                self.engine_routing = moe.engine_routing(
-                    prompts, comps, batch["input_ids"].shape[1],
-                    moe.routers(self.policy)[0][2].num_experts)
-            engine_logp = torch.zeros_like(mask)
-            for i, (p, c) in enumerate(zip(prompts, comps)):
-                engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
-            if cfg.old_logprobs == "recompute":
-                old_logp, entropy = self.old_logprobs(batch)
-            else:
-                old_logp, entropy = engine_logp, None
-                if self._replays_engine:
-                    self.old_routing = self.engine_routing
-            t2 = time.perf_counter()
-            upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
-            self.engine.update_weights(self.policy.state_dict())
-            t3 = time.perf_counter()
-            moe_rec = self.moe_step_metrics(batch, first) if self.is_moe and cfg.moe_metrics else {}
-            if self.engine_routing is not None and cfg.moe_metrics:
-                moe_rec.update(self.engine_routing_mismatch(batch, first))
-            if self.old_routing is not None:
-                moe_rec["moe/routing_cache_bytes"] = self.old_routing.nbytes
-            self.old_routing = self.own_old_routing = self.engine_routing = None
-            t4 = time.perf_counter()
-            if self.is_moe:
-                moe_rec["time_moe_s"] = t4 - t3
-            if entropy is None:   # rollout mode: the on-policy minibatch's forward pass
-                idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
-                ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
-            else:
-                idx, trainer_logp, m_gap = slice(None), old_logp, mask
-                ent_val = ((entropy * mask).sum() / mask.sum()).item()
-            gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
-            seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
-
-            lengths = batch["attention_mask"].sum(1).tolist()
-            f = self.flops.forward(lengths)
-            extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
-            # generation + (the old-log-prob pass, unless the engine's log-probs stand in) +
-            # forward and backward (3x) per epoch
-            old_pass = int(cfg.old_logprobs == "recompute")
-            self.state["compute_flops"] += f * (1 + old_pass + 3 * cfg.epochs + extra)
-            resp_len = mask.sum(1)
-            self.state["tokens_generated"] += int(resp_len.sum())
-            self.state["tokens_trained"] += int(resp_len.sum()) * cfg.epochs
-            self.state["wall_s"] += t4 - t0
-            rec = {
-                "reward_mean": rewards.mean().item(),
-                "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
-                "zero_variance_groups": objectives.zero_variance_fraction(rewards, cfg.group_size),
-                "entropy": ent_val,
-                "response_length": resp_len.mean().item(),
-                "lr": self.lr_at(step),
-                "skipped_updates": skipped,
-                "logprob_gap_token_mean": (gap.abs().sum() / m_gap.sum()).item(),
-                "logprob_gap_token_max": gap.abs().max().item(),
-                "logprob_gap_seq_mean": seq_gap.mean().item(),
-                "logprob_gap_seq_max": seq_gap.max().item(),
-                "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
-                **{k: v for k, v in upd.items()},
-                **moe_rec,
-                **{k: v for k, v in self.state.items()},
-            }
+            rec = self.step(step)
             self.log.log(step + 1, rec)
             bar.set_postfix(reward=f"{rec['reward_mean']:.3f}",
                             clip=f"{rec.get('clip_frac_tokens', 0):.3f}")
             if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
                 self.checkpoint(step + 1)
-        getattr(self.engine, "close", lambda: None)()   # vLLM holds processes and memory
+        self.engine.close()   # vLLM holds processes and memory
         final = latest_checkpoint(self.ckpt_root)
         publish_model(final, self.out / "model")
         write_json(self.out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
                                                **self.state})
         return self.out / "model"
+
+    def step(self, step: int) -> dict:
+        """One RL step (module doc); returns its metrics record."""
+        cfg = self.cfg
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr_at(step)
+        t0 = time.perf_counter()
+        prompts, comps, rewards = self.rollout(step)
+        t1 = time.perf_counter()
+        batch = pad_batch(prompts, [c.token_ids for c in comps], self.tok.pad_token_id)
+        batch = {k: v.to(cfg.device) for k, v in batch.items()}
+        mask = batch["target_mask"]
+        adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
+        if self.want_engine_routing:
+            self.engine_routing = moe.engine_routing(
+                prompts, comps, batch["input_ids"].shape[1],
+                moe.routers(self.policy)[0][2].num_experts)
+        engine_logp = _engine_logprobs(prompts, comps, mask)
+        if cfg.old_logprobs == "recompute":
+            old_logp, entropy = self.old_logprobs(batch)
+        else:
+            old_logp, entropy = engine_logp, None
+            if self._replays_engine:
+                self.old_routing = self.engine_routing
+        t2 = time.perf_counter()
+        upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
+        self.engine.update_weights(self.policy.state_dict())
+        t3 = time.perf_counter()
+        moe_rec = self._moe_record(batch, first)
+        t4 = time.perf_counter()
+        if self.is_moe:
+            moe_rec["time_moe_s"] = t4 - t3
+        self._count(batch, t4 - t0)
+        resp_len = mask.sum(1)
+        return {
+            "reward_mean": rewards.mean().item(),
+            "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
+            "zero_variance_groups": objectives.zero_variance_fraction(rewards, cfg.group_size),
+            "response_length": resp_len.mean().item(),
+            "lr": self.lr_at(step),
+            "skipped_updates": skipped,
+            **_gap_metrics(engine_logp, old_logp, entropy, mask, first),
+            "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
+            **upd, **moe_rec, **self.state,
+        }
+
+    def _moe_record(self, batch, first) -> dict:
+        """The step's MoE metrics (none on a dense model); forgets the step's routings."""
+        cfg = self.cfg
+        moe_rec = self.moe_step_metrics(batch, first) if self.is_moe and cfg.moe_metrics else {}
+        if self.engine_routing is not None and cfg.moe_metrics:
+            moe_rec.update(self.engine_routing_mismatch(batch, first))
+        if self.old_routing is not None:
+            moe_rec["moe/routing_cache_bytes"] = self.old_routing.nbytes
+        self.old_routing = self.own_old_routing = self.engine_routing = None
+        return moe_rec
+
+    def _count(self, batch, seconds: float) -> None:
+        """Add the step's compute, tokens and time to the run's counters."""
+        cfg = self.cfg
+        f = self.flops.forward(batch["attention_mask"].sum(1).tolist())
+        extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
+        # generation + (the old-log-prob pass, unless the engine's log-probs stand in) +
+        # forward and backward (3x) per epoch
+        old_pass = int(cfg.old_logprobs == "recompute")
+        self.state["compute_flops"] += f * (1 + old_pass + 3 * cfg.epochs + extra)
+        resp = int(batch["target_mask"].sum(1).sum())
+        self.state["tokens_generated"] += resp
+        self.state["tokens_trained"] += resp * cfg.epochs
+        self.state["wall_s"] += seconds
 
     def moe_step_metrics(self, batch, first) -> dict:
         """MoE, after the step's updates: one no-grad pass of the updated policy over the rollout
@@ -389,7 +385,68 @@ class Trainer:
     def checkpoint(self, step: int) -> pathlib.Path:
         return save_checkpoint(self.ckpt_root, step, self.policy, self.tok,
                                {"step": step, "optimizer": self.opt.state_dict(),
-                                "counters": dict(self.state)})
+                                "counters": dict(self.state)},
+                               meta={"stage": "rl", "compute_flops": self.state["compute_flops"]})
+
+
+def _combine(acc: dict) -> dict:
+    """One minibatch's metrics from its micro-batches' (value, weight) pairs."""
+    return {k: (min(x for x, _ in v) if k == "ratio_min" else
+                max(x for x, _ in v) if k == "ratio_max" else
+                sum(x * w for x, w in v)) for k, v in acc.items()}
+
+
+def _update_summary(per_mb: list[dict], first: dict) -> dict:
+    """The step's update metrics: the mean over its minibatches (min / max for the ratio
+    extremes), the on-policy minibatch's clip fraction and the off-policy ones' alone."""
+    if not per_mb:
+        return {}
+    out = {}
+    for k in per_mb[0]:
+        vals = [r[k] for r in per_mb]
+        out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
+            sum(vals) / len(vals)
+    if "clip_frac_onpolicy" in first:
+        out["clip_frac_tokens_onpolicy"] = first["clip_frac_onpolicy"]
+    if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
+        out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
+    return out
+
+
+def _first_of(first: dict) -> dict:
+    """The on-policy minibatch's pieces joined: idx, logp, entropy (and MoE routing)."""
+    routing = first.pop("routing", None)
+    first.pop("clip_frac_onpolicy", None)
+    out = {k: torch.cat(v) for k, v in first.items()}
+    if routing:
+        out["routing"] = moe.Routing.cat(routing)
+    return out
+
+
+def _engine_logprobs(prompts, comps, mask: torch.Tensor) -> torch.Tensor:
+    """The engine's sampled-token log-probs laid out like the trainer's (B, T) targets."""
+    engine_logp = torch.zeros_like(mask)
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
+    return engine_logp
+
+
+def _gap_metrics(engine_logp, old_logp, entropy, mask, first) -> dict:
+    """Entropy and the engine/trainer log-prob gap per token and per sequence. Without a
+    recompute pass (entropy None) both come from the on-policy minibatch's forward pass."""
+    if entropy is None:
+        idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
+        ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
+    else:
+        idx, trainer_logp, m_gap = slice(None), old_logp, mask
+        ent_val = ((entropy * mask).sum() / mask.sum()).item()
+    gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
+    seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
+    return {"entropy": ent_val,
+            "logprob_gap_token_mean": (gap.abs().sum() / m_gap.sum()).item(),
+            "logprob_gap_token_max": gap.abs().max().item(),
+            "logprob_gap_seq_mean": seq_gap.mean().item(),
+            "logprob_gap_seq_max": seq_gap.max().item()}
 
 
 def _check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
@@ -408,8 +465,33 @@ def _check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
             f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false")
 
 
-def run_rl(cfg: RLConfig) -> pathlib.Path:
-    # MLflow run (when MLFLOW_TRACKING_URI is set): metrics sent as checkpoints cover them,
+def lineage(cfg: RLConfig) -> dict:
+    """What a run is made from: its config (less the fields that may change on resume) and its
+    starting model."""
+    d = {k: v for k, v in to_dict(cfg).items() if k not in ("threads", "resume")}
+    return {"config": ckpt.config_hash(d), "model": ckpt.model_fingerprint(cfg.model)}
+
+
+def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = None,
+           restart_if_changed: bool = False) -> pathlib.Path:
+    """Train (or resume) the run of `cfg`, rewarding completions with `reward_fn`.
+
+    restart_if_changed: when `cfg.out_dir` holds a run of another lineage (config or starting
+    model), supersede its MLflow run and start over instead of refusing to resume (what the
+    workflow wants when a rule re-runs because its inputs changed).
+    """
+    tracking = tracking or Tracking()
+    if restart_if_changed:
+        lin = lineage(cfg)
+        if ckpt.lineage_changed(cfg.out_dir, lin):
+            print(f"rl: {cfg.out_dir} holds a run of another config or starting model: "
+                  "starting over")
+            supersede(cfg.out_dir, tracking)
+            ckpt.reset_run(cfg.out_dir)
+        elif latest_checkpoint(pathlib.Path(cfg.out_dir) / "checkpoints") is not None:
+            print(f"rl: {cfg.out_dir}: same lineage, resuming from the latest checkpoint")
+        ckpt.write_lineage(cfg.out_dir, lin)
+    # MLflow run (when tracking has a URI): metrics sent as checkpoints cover them,
     # status FINISHED / FAILED / KILLED (gspo.tracking).
-    with stage_run("rl", cfg.out_dir, commit="checkpoint"):
-        return Trainer(cfg).train()
+    with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
+        return Trainer(cfg, reward_fn).train()

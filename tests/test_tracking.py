@@ -30,7 +30,8 @@ def test_a_resumed_metrics_log_keeps_only_records_up_to_the_resume_step(tmp_path
 def test_without_a_tracking_uri_a_stage_run_logs_nothing_and_writes_no_run_file(tmp_path, monkeypatch):
     from gspo.tracking import stage_run
 
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # the library never reads the environment: MLflow's own variable changes nothing
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'db.sqlite'}")
     with stage_run("rl", tmp_path) as run:
         MetricsLog(tmp_path / "metrics.jsonl").log(1, {"reward_mean": 0.5})
     assert not run.enabled
@@ -40,9 +41,13 @@ def test_without_a_tracking_uri_a_stage_run_logs_nothing_and_writes_no_run_file(
 
 def _env(db: pathlib.Path, experiment: str = "t") -> dict:
     env = dict(os.environ)
+    # MLflow's own variables are the commands' defaults for --tracking-uri / --experiment
     env.update(MLFLOW_TRACKING_URI=f"sqlite:///{db}", MLFLOW_EXPERIMENT_NAME=experiment,
-               OMP_NUM_THREADS="1", GSPO_MLFLOW_TAGS=json.dumps({"suite": "tests"}))
+               OMP_NUM_THREADS="1")
     return env
+
+
+TAGS = ["--tag", "suite=tests"]
 
 
 def _client(db):
@@ -74,9 +79,10 @@ def _write_rl_config(tmp_path, model, data, *, steps, ckpt_every, out="rl", extr
 @pytest.fixture
 def aime_prompts(tmp_path):
     from evaluators import aime
+    from gspo.io import write_jsonl
 
     path = tmp_path / "prompts.jsonl"
-    aime.write_jsonl(aime.generate(8, split="train", seed=0, difficulty=aime.Difficulty(1, 9)), path)
+    write_jsonl(aime.generate(8, split="train", seed=0, difficulty=aime.Difficulty(1, 9)), path)
     return path
 
 
@@ -88,7 +94,7 @@ def test_an_sft_stage_becomes_one_finished_run_with_config_params_tags_and_stepp
     cfg.write_text(f"model: tiny\nout_dir: {tmp_path / 'sft'}\n"
                    f"train_data: [{{path: {aime_prompts}, weight: 1.0}}]\nsteps: 12\n"
                    "batch_size: 4\nlog_every: 5\nwarmup_steps: 2\nthreads: 1\n")
-    r = subprocess.run([sys.executable, "-m", "pipeline.sft", "--config", str(cfg)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "pipeline.sft", "--config", str(cfg), *TAGS], cwd=ROOT,
                        env=_env(db), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     run = _run_of(tmp_path / "sft", db)
@@ -114,7 +120,7 @@ def test_a_crashing_rl_run_is_marked_failed_with_its_error(tmp_path, tiny_model_
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x", "task": "bogus", "prompt": "1+1="}) + "\n")
     cfg = _write_rl_config(tmp_path, tiny_model_dir, bad, steps=3, ckpt_every=1)
-    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg), *TAGS], cwd=ROOT,
                        env=_env(db), capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
     run = _run_of(tmp_path / "rl", db)
@@ -175,16 +181,14 @@ def test_replacing_an_evaluation_metric_leaves_one_value_at_its_step(tmp_path):
     assert cl.get_run(run.info.run_id).data.metrics["eval/aime/pass_at_1"] == 0.3
 
 
-def test_a_fresh_summary_run_replaces_the_previous_one_and_carries_the_workflow_tags(
-        tmp_path, monkeypatch):
+def test_a_fresh_summary_run_replaces_the_previous_one_and_carries_the_workflow_tags(tmp_path):
     from gspo import tracking
 
-    monkeypatch.setenv("GSPO_MLFLOW_TAGS", json.dumps({"suite": "tests"}))
     cl = _client(tmp_path / "db.sqlite")
     exp = tracking.experiment_id(cl, "e")
     cl.create_run(exp, tags={"stage": "rl"})
-    first = tracking.fresh_summary_run(cl, exp, "report")
-    second = tracking.fresh_summary_run(cl, exp, "report")
+    first = tracking.fresh_summary_run(cl, exp, "report", {"suite": "tests"})
+    second = tracking.fresh_summary_run(cl, exp, "report", {"suite": "tests"})
     assert first != second
     assert [r.info.run_id for r in tracking.stage_runs(cl, exp, "report")] == [second]
     assert cl.get_run(first).info.lifecycle_stage == "deleted"

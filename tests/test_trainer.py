@@ -9,9 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from evaluators import aime
+from evaluators.tasks import reward, rewards
 from gspo import trainer as trainer_mod
 from gspo.checkpoint import list_checkpoints
 from gspo.config import DataSource, RLConfig, SFTConfig
+from gspo.io import write_jsonl
 from gspo.sft import run_sft
 from gspo.tracking import read_metrics
 
@@ -23,7 +25,7 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
     # A small problem space (operands 1..3, one step) that 100 SFT steps half learn, so that
     # RL groups have reward variance to learn from.
-    aime.write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
+    write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
                      d / "train.jsonl")
     return d
 
@@ -34,7 +36,7 @@ def sft_model(data, tmp_path_factory):
     cfg = SFTConfig(model="tiny", out_dir=str(out), steps=100, batch_size=16, lr=1e-2,
                     warmup_steps=5, train_data=[DataSource(str(data / "train.jsonl"))],
                     eval_data=str(data / "train.jsonl"), eval_problems=8, eval_every=0, threads=1)
-    return run_sft(cfg)
+    return run_sft(cfg, reward)
 
 
 def rl_cfg(data, sft_model, out, **kw):
@@ -61,7 +63,7 @@ def test_sft_lowers_the_loss_and_writes_a_loadable_model(sft_model):
 @pytest.mark.parametrize("algorithm", ["grpo", "gspo", "gspo_token"])
 def test_each_algorithm_trains_and_logs_the_step_metrics(data, sft_model, tmp_path, algorithm):
     cfg = rl_cfg(data, sft_model, tmp_path, algorithm=algorithm)
-    out = trainer_mod.run_rl(cfg)
+    out = trainer_mod.run_rl(cfg, rewards)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for key in ("reward_mean", "reward_std", "zero_variance_groups", "clip_frac_tokens",
@@ -79,7 +81,7 @@ def test_each_algorithm_trains_and_logs_the_step_metrics(data, sft_model, tmp_pa
 def test_gspo_clips_far_more_tokens_than_grpo_under_the_papers_clip_ranges(data, sft_model, tmp_path):
     fracs = {}
     for alg in ("gspo", "grpo"):
-        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / alg, algorithm=alg, lr=2e-4))
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / alg, algorithm=alg, lr=2e-4), rewards)
         rows = read_metrics(tmp_path / alg / "metrics.jsonl")
         fracs[alg] = sum(r["clip_frac_tokens"] for r in rows) / len(rows)
     print(fracs)
@@ -88,7 +90,7 @@ def test_gspo_clips_far_more_tokens_than_grpo_under_the_papers_clip_ranges(data,
 
 def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_model, tmp_path,
                                                                     monkeypatch):
-    full = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", steps=5))
+    full = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", steps=5), rewards)
 
     original = trainer_mod.Trainer.rollout
 
@@ -99,11 +101,11 @@ def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_mo
 
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", crash_at_step_4)
     with pytest.raises(KeyboardInterrupt):
-        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5))
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5), rewards)
     assert len(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == 3     # steps 1-3 logged
     assert list_checkpoints(tmp_path / "cut" / "checkpoints")[-1].name == "step_000002"
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", original)
-    resumed = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5))
+    resumed = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5), rewards)
 
     a, b = weights(full), weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -127,7 +129,7 @@ def _nan_loss_on(calls_to_poison):
 
 def test_a_single_nan_update_is_skipped_counted_and_logged(data, sft_model, tmp_path, monkeypatch):
     monkeypatch.setattr(trainer_mod.objectives, "policy_loss", _nan_loss_on({2}))
-    out = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2))
+    out = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2), rewards)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert rows[0]["skipped_updates"] == 1 and rows[1]["skipped_updates"] == 0
     assert rows[-1]["nonfinite_skips"] == 1
@@ -138,7 +140,7 @@ def test_repeated_nan_updates_stop_the_run_with_a_clear_message(data, sft_model,
                                                                 monkeypatch):
     monkeypatch.setattr(trainer_mod.objectives, "policy_loss", _nan_loss_on(set(range(1, 100))))
     with pytest.raises(trainer_mod.TrainingError, match="3 non-finite updates in a row"):
-        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2))
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2), rewards)
 
 
 def test_a_missing_config_file_is_a_one_line_error():
@@ -159,9 +161,9 @@ def test_a_bad_field_in_the_config_names_the_field_and_the_fix(tmp_path, data):
 
 
 def test_rollout_logprobs_skip_the_recompute_pass_and_still_log_the_gap(data, sft_model, tmp_path):
-    rec = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "rec", steps=2))
+    rec = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "rec", steps=2), rewards)
     roll = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "roll", steps=2,
-                                     old_logprobs="rollout"))
+                                     old_logprobs="rollout"), rewards)
     rows_rec = read_metrics(tmp_path / "rec" / "metrics.jsonl")
     rows_roll = read_metrics(tmp_path / "roll" / "metrics.jsonl")
     assert [r["old_logprob_passes"] for r in rows_rec] == [1, 2]
@@ -180,7 +182,7 @@ def test_bfloat16_rollout_logprobs_make_gspo_clip_even_its_on_policy_minibatch(d
     # so with its log-probs as old ones some sequences sit outside the band before any update.
     from gspo.config import RolloutConfig
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2, algorithm="gspo",
-                              old_logprobs="rollout", rollout=RolloutConfig(dtype="bfloat16")))
+                              old_logprobs="rollout", rollout=RolloutConfig(dtype="bfloat16")), rewards)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert max(r["clip_frac_tokens_onpolicy"] for r in rows) > 0.0
     assert all(r["logprob_gap_seq_mean"] > 3e-4 for r in rows)
@@ -189,13 +191,13 @@ def test_bfloat16_rollout_logprobs_make_gspo_clip_even_its_on_policy_minibatch(d
 def test_a_bfloat16_rollout_engine_shows_a_visible_logprob_gap(data, sft_model, tmp_path):
     from gspo.config import RolloutConfig
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=1,
-                              rollout=RolloutConfig(dtype="bfloat16")))
+                              rollout=RolloutConfig(dtype="bfloat16")), rewards)
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert row["logprob_gap_token_mean"] > 1e-3
 
 
 def test_resuming_checkpoints_of_a_different_config_is_refused(data, sft_model, tmp_path):
-    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2))
-    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=3))   # extending a run is fine
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2), rewards)
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=3), rewards)   # extending a run is fine
     with pytest.raises(trainer_mod.TrainingError, match="field 'lr' differs"):
-        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, lr=5e-4))
+        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, lr=5e-4), rewards)

@@ -263,20 +263,22 @@ def test_options_the_engine_cannot_honour_are_rejected_before_starting_vllm(tiny
 
 def test_a_short_gspo_run_with_vllm_rollouts_and_rollout_logprobs_trains_end_to_end(tmp_path):
     from evaluators import aime
+    from evaluators.tasks import reward, rewards
+    from gspo.io import write_jsonl
     from gspo.config import DataSource, RLConfig, RolloutConfig, SFTConfig
     from gspo.sft import run_sft
     from gspo.tracking import read_metrics
     from gspo.trainer import run_rl
 
     data = tmp_path / "train.jsonl"
-    aime.write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)), data)
+    write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)), data)
     sft = run_sft(SFTConfig(model="tiny", out_dir=str(tmp_path / "sft"), steps=100, batch_size=16,
-                            lr=1e-2, warmup_steps=5, train_data=[DataSource(str(data))], threads=1))
+                            lr=1e-2, warmup_steps=5, train_data=[DataSource(str(data))], threads=1), reward)
     out = run_rl(RLConfig(algorithm="gspo", model=str(sft), out_dir=str(tmp_path / "rl"),
                           train_data=[DataSource(str(data))], steps=3, prompts_per_step=4,
                           group_size=4, minibatches=2, lr=1e-3, max_new_tokens=32,
                           rollout=RolloutConfig(engine="vllm"), old_logprobs="rollout",
-                          threads=1))
+                          threads=1), rewards)
     rows = read_metrics(tmp_path / "rl" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["old_logprob_passes"] == 0 for r in rows)

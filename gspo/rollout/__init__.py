@@ -40,6 +40,8 @@ class Engine(Protocol):
 
     def update_weights(self, state_dict) -> None: ...
 
+    def close(self) -> None: ...     # release processes and memory (vLLM); idempotent
+
 
 ENGINES = ("torch", "vllm")
 

@@ -77,6 +77,9 @@ class TorchEngine:
         with torch.no_grad():
             self.model.load_state_dict(state_dict, strict=True)
 
+    def close(self) -> None:
+        """Nothing to release: the engine is a model in this process."""
+
     # -- the forward pass with a static cache --------------------------------------------------
     def _forward(self, ids, pos, cache_k, cache_v, start, key_valid):
         """Run tokens `ids` (B, S) at positions `pos` (B, S), writing K/V at [start, start+S).
@@ -130,16 +133,20 @@ class TorchEngine:
         if stop_token_ids is None:
             eos = self.model.config.eos_token_id
             stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
-        dev = self.device
-        P = len(prompts)
         plen = max(len(p) for p in prompts)
         max_new = min(max_new_tokens, self.max_len - plen)
         if max_new <= 0:
             raise ValueError(f"prompt of {plen} tokens leaves no room within max length {self.max_len}")
-        L = plen + max_new
+        st = self._prefill(prompts, n, plen, plen + max_new, hooks)
         gen = torch.Generator(device="cpu").manual_seed(seed)
+        out = self._decode(st, plen, max_new, temperature, top_p, gen, stop_token_ids, hooks)
+        return _completions(prompts, n, plen, out, st["routed"] if hooks is not None else None)
 
-        # Prefill each distinct prompt once, left-padded.
+    def _prefill(self, prompts, n, plen: int, L: int, hooks) -> dict:
+        """Prefill each distinct prompt once, left-padded, then expand the cache and the last
+        logits to P*n rows, prompt-major: the decoding state."""
+        dev = self.device
+        P = len(prompts)
         ids = torch.zeros(P, plen, dtype=torch.long, device=dev)
         valid = torch.zeros(P, L, dtype=torch.bool, device=dev)
         for i, p in enumerate(prompts):
@@ -151,25 +158,29 @@ class TorchEngine:
         ck = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(self.n_layers)]
         cv = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(self.n_layers)]
         logits = self._forward(ids, pos, ck, cv, 0, valid)                 # (P, V)
-
-        # Expand to P*n rows, prompt-major.
         rep = torch.arange(P, device=dev).repeat_interleave(n)
-        ck = [c[rep] for c in ck]
-        cv = [c[rep] for c in cv]
-        valid, logits, pad = valid[rep], logits[rep], pad[rep]
-        N = P * n
         routed = {}     # MoE layer -> (N, L, k): the experts of the token at each cache slot
         if hooks is not None:
             for i, t in hooks.pop().items():                               # t: (P, plen, k)
-                routed[i] = t.new_zeros(N, L, t.shape[-1])
+                routed[i] = t.new_zeros(P * n, L, t.shape[-1])
                 routed[i][:, :plen] = t.cpu()[rep.cpu()]
+        return {"ck": [c[rep] for c in ck], "cv": [c[rep] for c in cv], "valid": valid[rep],
+                "logits": logits[rep], "pad": pad[rep], "routed": routed}
+
+    def _decode(self, st: dict, plen: int, max_new: int, temperature, top_p, gen, stop_token_ids,
+                hooks):
+        """Sample up to max_new tokens per row, dropping rows that hit a stop token; returns
+        (tokens (N, max_new), log-probs (N, max_new), lengths (N,), stopped (N,))."""
+        dev = self.device
+        ck, cv, valid, logits, pad, routed = (st[k] for k in ("ck", "cv", "valid", "logits",
+                                                               "pad", "routed"))
+        N = logits.shape[0]
         out_tok = torch.zeros(N, max_new, dtype=torch.long)
         out_lp = torch.zeros(N, max_new)
         out_len = torch.full((N,), max_new, dtype=torch.long)
         stopped = torch.zeros(N, dtype=torch.bool)
         alive = torch.arange(N, device=dev)        # original row index of each batch row
         stop = torch.tensor(stop_token_ids, dtype=torch.long, device=dev)
-
         for t in range(max_new):
             tok, lp = sample_next(logits, temperature, top_p, gen)
             rows = alive.cpu()
@@ -180,10 +191,8 @@ class TorchEngine:
                 d = rows[done.cpu()]
                 out_len[d] = t + 1
                 stopped[d] = True
-            if t == max_new - 1:
-                break
             keep = ~done
-            if not keep.any():
+            if t == max_new - 1 or not keep.any():
                 break
             if not keep.all():
                 alive, tok, pad, valid = alive[keep], tok[keep], pad[keep], valid[keep]
@@ -195,21 +204,27 @@ class TorchEngine:
             if hooks is not None:
                 for i, r in hooks.pop().items():                           # r: (alive, 1, k)
                     routed[i][alive.cpu(), plen + t] = r[:, 0].cpu()
+        return out_tok, out_lp, out_len, stopped
 
-        results: list[list[Completion]] = []
-        for i in range(P):
-            group = []
-            for j in range(n):
-                r = i * n + j
-                k = int(out_len[r])
-                routing = None
-                if hooks is not None:   # the fed slots: the real prompt, then all but the last token
-                    first = plen - len(prompts[i])
-                    routing = {li: torch.cat([t[r, first:plen], t[r, plen:plen + k - 1]])
-                               for li, t in routed.items()}
-                group.append(Completion(token_ids=out_tok[r, :k].tolist(),
-                                        logprobs=out_lp[r, :k].tolist(),
-                                        finish_reason="stop" if stopped[r] else "length",
-                                        routing=routing))
-            results.append(group)
-        return results
+
+def _completions(prompts, n: int, plen: int, out, routed) -> list[list[Completion]]:
+    """The sampled rows as Completions, grouped per prompt; with `routed` (MoE) each carries the
+    experts of the slots it fed: the real prompt, then all but its last token."""
+    out_tok, out_lp, out_len, stopped = out
+    results: list[list[Completion]] = []
+    for i in range(len(prompts)):
+        group = []
+        for j in range(n):
+            r = i * n + j
+            k = int(out_len[r])
+            routing = None
+            if routed is not None:
+                first = plen - len(prompts[i])
+                routing = {li: torch.cat([t[r, first:plen], t[r, plen:plen + k - 1]])
+                           for li, t in routed.items()}
+            group.append(Completion(token_ids=out_tok[r, :k].tolist(),
+                                    logprobs=out_lp[r, :k].tolist(),
+                                    finish_reason="stop" if stopped[r] else "length",
+                                    routing=routing))
+        results.append(group)
+    return results
