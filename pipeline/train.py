@@ -1,14 +1,35 @@
-"""Stage: RL (GRPO / GSPO / GSPO-token). `python -m pipeline.train --config FILE`."""
+"""Stage: RL (GRPO / GSPO / GSPO-token).
 
+    python -m pipeline.train --config FILE [--set key=value ...] [--restart-if-changed]
+                             [--tracking-uri URI --experiment NAME --run-name NAME --tag K=V]
+
+The reward is the benchmarks' own scoring (evaluators.tasks.rewards, code in parallel sandboxes),
+wired in here: the trainer never imports the benchmarks. A run resumes from the latest complete
+checkpoint in its out_dir; with --restart-if-changed a run whose config or starting model changed
+starts over (its MLflow run superseded) instead of stopping with an error.
+"""
+
+import functools
+
+from evaluators.tasks import rewards
 from gspo.config import RLConfig
-from pipeline._cli import parse_config, run
+from pipeline._cli import add_tracking_flags, config_parser, load_config, run, tracking_of
 
 
 def main(argv=None):
     from gspo.trainer import run_rl
 
-    cfg = parse_config(RLConfig, "RL training with GRPO, GSPO or GSPO-token.", argv)
-    print(f"rl model: {run_rl(cfg)}")
+    ap = config_parser("RL training with GRPO, GSPO or GSPO-token.", "pipeline.train")
+    ap.add_argument("--restart-if-changed", action="store_true",
+                    help="start over when out_dir holds a run of another config or starting "
+                    "model (default: resume, or stop with an error if the config differs)")
+    add_tracking_flags(ap)
+    args = ap.parse_args(argv)
+    cfg = load_config(RLConfig, args)
+    reward_fn = functools.partial(rewards, workers=cfg.reward_workers)
+    model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
+                   restart_if_changed=args.restart_if_changed)
+    print(f"rl model: {model}")
 
 
 if __name__ == "__main__":

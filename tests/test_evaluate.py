@@ -6,7 +6,9 @@ import sys
 import pytest
 
 from evaluators import aime
-from pipeline import evaluate as ev
+from gspo.io import write_jsonl
+from evaluators import evaluation as ev
+from evaluators import tasks
 from toys import memorise
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +32,7 @@ def memorised(tiny_model_dir, tmp_path_factory, problems):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory, problems):
     d = tmp_path_factory.mktemp("data")
-    aime.write_jsonl(problems, d / "aime_test.jsonl")
+    write_jsonl(problems, d / "aime_test.jsonl")
     return d
 
 
@@ -47,24 +49,26 @@ def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(me
     r = run_cli("--model", memorised, "--benchmarks", "aime", "--samples", 3, "--data-dir", data_dir,
                 "--out", out, "--temperature", 0, "--max-new-tokens", 16, "--seed", 1)
     assert r.returncode == 0, r.stderr
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(p.name for p in out.iterdir()) == ["aime"]      # one folder per benchmark
+    rows = [json.loads(line) for line in (out / "aime" / "results.jsonl").read_text().splitlines()]
     assert [row["id"] for row in rows] == [p["id"] for p in problems]
     for row, p in zip(rows, problems):
         assert row["task"] == "aime" and row["n"] == 3 and len(row["completions"]) == 3
-        assert row["scores"] == [aime.score(c, p["answer"]) for c in row["completions"]]
+        assert row["scores"] == [aime.score_answer(c, p["answer"]) for c in row["completions"]]
     right, wrong, unboxed = rows
     assert right["completions"] == ["\\boxed{%d}" % problems[0]["answer"]] * 3
     assert (right["c"], right["pass@1"], right["pass@k"]) == (3, 1.0, 1.0)
     assert wrong["completions"] == ["\\boxed{%d}" % ((problems[1]["answer"] + 1) % 1000)] * 3
     assert (wrong["c"], wrong["pass@k"]) == (0, 0.0)
     assert unboxed["completions"] == ["no idea"] * 3 and unboxed["c"] == 0
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "aime" / "summary.json").read_text())
     s = summary["benchmarks"]["aime"]
     assert s["n_problems"] == 3 and s["n_samples"] == 9 and s["k"] == 3
     assert s["avg@n"] == pytest.approx(1 / 3) and s["pass@k"] == pytest.approx(1 / 3)
     assert s["avg@n_ci"][0] <= 1 / 3 <= s["avg@n_ci"][1]
     assert summary["settings"]["samples"] == 3 and summary["settings"]["seed"] == 1
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]   # no temp files left
+    assert summary["config"]["benchmark"] == "aime" and summary["config"]["max_new_tokens"] == 16
+    assert not [p for p in (out / "aime").iterdir() if p.name.startswith(".")]   # no temp files
 
 
 def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_seed(memorised,
@@ -81,7 +85,7 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
     assert a == b
     assert [r["completions"] for r in a] != [r["completions"] for r in c]
     for res, rec in zip(a, problems):
-        assert res["scores"] == [aime.score(t, rec["answer"]) for t in res["completions"]]
+        assert res["scores"] == [aime.score_answer(t, rec["answer"]) for t in res["completions"]]
         assert res["c"] == sum(res["scores"]) and res["n"] == 4
         assert set(res) >= {"id", "task", "n", "c", "pass@1", "pass@k", "avg@n", "completions"}
         assert all(n <= 12 for n in res["n_tokens"])
@@ -90,9 +94,9 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
 def test_code_benchmarks_are_scored_by_their_own_batched_scorer(problems):
     lcb = pytest.importorskip("evaluators.livecodebench")
     rec = lcb.generate(1, split="test", seed=0)[0]
-    scores = ev._score_all([rec, problems[0]],
-                           [[rec["solution"], "print(1)"], ["\\boxed{%d}" % problems[0]["answer"]]],
-                           workers=2)
+    scores = ev.score_completions([rec, problems[0]],
+                                  [[rec["solution"], "print(1)"], ["\\boxed{%d}" % problems[0]["answer"]]],
+                                  workers=2)
     assert scores == [[1.0, 0.0], [1.0]]
 
 
@@ -139,6 +143,6 @@ def test_a_record_without_its_answer_or_a_missing_file_is_a_one_line_error(tmp_p
 
 
 def test_parse_benchmarks_keeps_order_and_drops_repeats():
-    assert ev.parse_benchmarks("cf, aime,cf") == ["cf", "aime"]
+    assert tasks.parse("cf, aime,cf") == ["cf", "aime"]
     with pytest.raises(ValueError, match="'x'"):
-        ev.parse_benchmarks("aime,x")
+        tasks.parse("aime,x")

@@ -8,7 +8,8 @@ import yaml
 from evaluators import aime
 from evaluators import lm_eval_tasks as tasks
 from evaluators.lm_eval_tasks import utils as task_utils
-from pipeline import evaluate as ev
+from gspo.io import write_jsonl
+from evaluators import evaluation as ev
 from toys import memorise
 
 
@@ -29,7 +30,7 @@ def memorised(tiny_model_dir, tmp_path_factory, problems):
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory, problems):
     d = tmp_path_factory.mktemp("data")
-    aime.write_jsonl(problems, d / "aime_test.jsonl")
+    write_jsonl(problems, d / "aime_test.jsonl")
     return d
 
 
@@ -49,7 +50,7 @@ def recompute(samples):
     for s in samples:
         rec = json.loads(s["doc"]["record"])
         (outs,) = s["filtered_resps"]   # one request per document, holding all its samples
-        scores = [aime.score(o, rec["answer"]) for o in outs]
+        scores = [aime.score_answer(o, rec["answer"]) for o in outs]
         n, c = len(scores), int(sum(scores))
         out.append({"id": rec["id"], "outputs": outs, "avg": c / n, "pass": pass_at_k(n, c, n)})
     return out
@@ -68,9 +69,10 @@ def test_shipped_yamls_are_the_generated_defaults_and_code_tasks_are_unsafe():
         assert cfg["process_results"] == "utils.process_results"
 
 
-def test_shipped_generation_defaults_match_the_evaluate_cli():
+def test_shipped_generation_defaults_are_the_project_evaluators():
+    d = ev.EvalConfig()
     assert (tasks.REPEATS, tasks.TEMPERATURE, tasks.TOP_P, tasks.MAX_GEN_TOKS) == \
-        (ev.SAMPLES, ev.TEMPERATURE, ev.TOP_P, ev.MAX_NEW_TOKENS)
+        (d.samples, d.temperature, d.top_p, d.max_new_tokens)
 
 
 def test_process_results_scores_every_sample_with_the_aime_scorer():

@@ -24,18 +24,25 @@ Generation settings can also be overridden at run time with lm-eval's `--gen_kwa
 
 from __future__ import annotations
 
+import argparse
+import json
 import pathlib
 import shutil
 
+from evaluators.evaluation import EvalConfig
+from evaluators.tasks import BENCHMARKS
+
 TASKS_DIR = pathlib.Path(__file__).resolve().parent
-BENCHMARKS = ("aime", "lcb", "cf")
 UNSAFE = {"aime": False, "lcb": True, "cf": True}
 
-# The shipped YAMLs use these; keep them in step with pipeline.evaluate's defaults (a test checks).
-REPEATS = 4
-TEMPERATURE = 0.6
-TOP_P = 0.95
-MAX_GEN_TOKS = 1024
+# The shipped YAMLs use the evaluation defaults of the project's own evaluator
+# (evaluators.evaluation.EvalConfig), so that both harnesses sample alike; a test checks that the
+# shipped files are what task_yaml writes.
+_DEFAULTS = EvalConfig()
+REPEATS = _DEFAULTS.samples
+TEMPERATURE = _DEFAULTS.temperature
+TOP_P = _DEFAULTS.top_p
+MAX_GEN_TOKS = _DEFAULTS.max_new_tokens
 
 
 def task_name(bench: str) -> str:
@@ -95,8 +102,6 @@ def task_yaml(bench: str, *, repeats: int = REPEATS, temperature: float = TEMPER
 
 
 def _yaml_str(s: str) -> str:
-    import json
-
     return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
 
 
@@ -111,8 +116,6 @@ def write_tasks(out_dir, *, benchmarks=BENCHMARKS, **settings) -> pathlib.Path:
 
 
 def main(argv=None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m evaluators.lm_eval_tasks",
                                 description="Write gspo_* lm-eval task YAMLs for --include_path.")
     p.add_argument("--out", required=True, help="folder to write the tasks into")

@@ -1,0 +1,236 @@
+"""The evaluation core: sample completions with a rollout engine, score them with each
+benchmark's own scoring, and summarise per problem and per benchmark.
+
+`evaluate(model, configs, out)` is what `python -m pipeline.evaluate` runs, by hand or in the
+workflow: for each benchmark config it writes, each atomically,
+
+- `<out>/<bench>/results.jsonl`: one line per problem: id, task, n, c, pass@1, pass@k (k = n),
+  avg@n, pass@j for j = 1, 2, 4, ..., scores (one per sample), finish_reasons, n_tokens and
+  (keep_completions) the completions;
+- `<out>/<bench>/summary.json`: n_problems, n_samples, avg@n, pass@k and pass@j, each with a
+  seeded bootstrap confidence interval over problems (evaluators.metrics.aggregate), for cf the
+  rating estimated from the problems' ratings; the settings and the whole EvalConfig;
+- `<out>/<bench>/checkpoint.json` when the model is a training checkpoint: the step and the
+  cumulative training FLOPs it was saved at (gspo.checkpoint.checkpoint_meta).
+
+Why the rollout engine rather than lm-eval: it is the sampler the RL loop itself uses (the same
+prompts token for token, the same stop rule, the same decoding), it batches all samples of a
+prompt over one prefill, and it is deterministic in the seed. lm-eval (evaluators/lm_eval_tasks)
+runs the same benchmarks through Hugging Face generation as an independent cross-check.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from dataclasses import dataclass
+
+from evaluators import codeforces, tasks
+from evaluators.metrics import aggregate, problem_metrics
+from gspo.config import check, option
+from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation of one model on one benchmark (`pipeline.evaluate --config FILE`; the
+    workflow's `eval` section, whose defaults these are)."""
+
+    benchmark: str = option("aime", f"the benchmark: one of {', '.join(tasks.BENCHMARKS)}")
+    data: str = option("", "JSONL of the benchmark's test records (the workflow: "
+                       "results/<experiment>/data/<benchmark>_test.jsonl)")
+    engine: str = option("torch", "rollout engine: torch or vllm")
+    device: str = option("cpu", "engine device")
+    samples: int = option(8, "completions per problem (pass@1 = mean over them; n = k)")
+    temperature: float = option(1.0, "sampling temperature (0: greedy)")
+    top_p: float = option(1.0, "nucleus mass")
+    max_new_tokens: int = option(64, "longest completion, in tokens")
+    seed: int = option(1234, "sampling seed (the same for every checkpoint)")
+    limit: int = option(0, "first N problems of the test set (0: all)")
+    batch_prompts: int = option(64, "prompts per generation batch (chunk j samples with seed + j)")
+    workers: int = option(1, "parallel sandboxes scoring code")
+    bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
+    keep_completions: bool = option(False, "keep the completions in results.jsonl")
+
+    def __post_init__(self):
+        check(self.benchmark in tasks.BENCHMARKS, "benchmark",
+              f"must be one of {', '.join(tasks.BENCHMARKS)}, got {self.benchmark!r}")
+        for name in ("samples", "max_new_tokens", "batch_prompts", "workers"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.limit >= 0, "limit", f"must be >= 0 (0: all), got {self.limit}")
+        check(self.bootstrap_iters >= 0, "bootstrap_iters", "must be >= 0")
+        check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+        check(0 < self.top_p <= 1, "top_p", f"must lie in (0, 1], got {self.top_p}")
+        check(self.engine in ("torch", "vllm"), "engine",
+              f"must be 'torch' or 'vllm', got {self.engine!r}")
+
+
+def load_records(path, bench: str, limit: int | None = None) -> list[dict]:
+    """The test records of `bench` in JSONL file `path` (DataError on a bad file or record)."""
+    path = pathlib.Path(path)
+    records = read_jsonl(path, required=tasks.module(bench).RECORD_FIELDS)
+    ids = set()
+    for rec in records:
+        if rec["task"] != bench:
+            raise DataError(f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}")
+        if rec["id"] in ids:
+            raise DataError(f"{path}: duplicate record id {rec['id']!r}")
+        ids.add(rec["id"])
+    if not records:
+        raise DataError(f"{path}: no records")
+    return records[:limit] if limit else records
+
+
+def score_completions(records: list[dict], completions: list[list[str]],
+                      workers: int) -> list[list[float]]:
+    """0/1 scores, one per completion of each record, by each benchmark's own scoring."""
+    flat_recs = [rec for rec, comps in zip(records, completions) for _ in comps]
+    flat = [float(r["passed"]) for r in
+            tasks.score_many(flat_recs, [c for comps in completions for c in comps],
+                             workers=workers)]
+    out, pos = [], 0
+    for comps in completions:
+        out.append(flat[pos:pos + len(comps)])
+        pos += len(comps)
+    return out
+
+
+def _sample(engine, tokenizer, records, *, samples, temperature, top_p, max_new_tokens, seed,
+            batch_prompts):
+    """(texts, finish reasons, token counts) per record; chunk j of `batch_prompts` records is
+    sampled with seed + j, so a run is deterministic in (records, seed, batch_prompts)."""
+    eos = tokenizer.eos_token_id
+    stop = [eos] if eos is not None else None
+    texts, finish, lengths = [], [], []
+    for j, start in enumerate(range(0, len(records), batch_prompts)):
+        chunk = records[start:start + batch_prompts]
+        prompts = [tokenizer(r["prompt"], add_special_tokens=False).input_ids for r in chunk]
+        groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
+                                 max_new_tokens=max_new_tokens, seed=seed + j,
+                                 stop_token_ids=stop)
+        for group in groups:
+            texts.append([tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in group])
+            finish.append([c.finish_reason for c in group])
+            lengths.append([len(c.token_ids) for c in group])
+    return texts, finish, lengths
+
+
+def evaluate_records(engine, tokenizer, records: list[dict], *, samples: int = 8,
+                     temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
+                     seed: int = 0, batch_prompts: int = 64, workers: int = 1,
+                     keep_completions: bool = True) -> list[dict]:
+    """Sample `samples` completions per record with `engine` and score them; one dict per record
+    (see the module doc for its fields). Prompts are encoded with
+    `tokenizer(prompt, add_special_tokens=False)`, generation stops on tokenizer.eos_token_id,
+    completions are decoded with skip_special_tokens=True."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    if batch_prompts < 1:
+        raise ValueError(f"batch_prompts must be >= 1, got {batch_prompts}")
+    texts, finish, lengths = _sample(engine, tokenizer, records, samples=samples,
+                                     temperature=temperature, top_p=top_p,
+                                     max_new_tokens=max_new_tokens, seed=seed,
+                                     batch_prompts=batch_prompts)
+    scores = score_completions(records, texts, workers)
+    out = []
+    for rec, comp, sc, fin, ln in zip(records, texts, scores, finish, lengths):
+        m = problem_metrics(sc)
+        res = {"id": rec["id"], "task": rec["task"], "n": m["n"], "c": m["c"],
+               "avg@n": m["avg@n"], "pass@k": m["pass@k"], "k": m["k"],
+               **{key: v for key, v in m.items() if key.startswith("pass@") and key != "pass@k"},
+               "scores": sc, "finish_reasons": fin, "n_tokens": ln}
+        if rec["task"] == "cf" and rec.get("rating") is not None:
+            res["rating"] = rec["rating"]
+        if keep_completions:
+            res["completions"] = comp
+        out.append(res)
+    return out
+
+
+def _cf_rating(results: list[dict]):
+    """Rating estimate from every sample of every rated problem as one attempt, or None."""
+    attempts = [(r["rating"], bool(s >= 0.5)) for r in results if r.get("rating") is not None
+                for s in r["scores"]]
+    return codeforces.estimate_rating(attempts) if attempts else None
+
+
+def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.95,
+              seed: int = 0) -> dict:
+    """Per-benchmark aggregate metrics (evaluators.metrics.aggregate) of evaluate_records' output."""
+    by_task: dict[str, list[dict]] = {}
+    for r in results:
+        by_task.setdefault(r["task"], []).append(r)
+    out = {}
+    for task, rs in by_task.items():
+        summary = aggregate([(r["n"], r["c"]) for r in rs], iters=iters, confidence=confidence,
+                            seed=seed)
+        if task == "cf":
+            summary["rating"] = _cf_rating(rs)
+        out[task] = summary
+    return out
+
+
+def make_engine(name: str, model_path, device: str = "cpu"):
+    """(engine, tokenizer) for evaluating the model directory `model_path`."""
+    from gspo.rollout import ENGINES, make_engine as make
+
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; valid: {', '.join(ENGINES)}")
+    if name == "torch":
+        from gspo.models import load_model
+
+        model, tokenizer = load_model(model_path)
+        return make("torch", str(model_path), device=device, model=model), tokenizer
+    from transformers import AutoTokenizer
+
+    return make(name, str(model_path)), AutoTokenizer.from_pretrained(model_path)
+
+
+def settings_of(cfg: EvalConfig, model) -> dict:
+    """What summary.json records of how the evaluation was made."""
+    return {"model": str(model), "engine": cfg.engine, "samples": cfg.samples,
+            "temperature": cfg.temperature, "top_p": cfg.top_p,
+            "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "limit": cfg.limit or None,
+            "data_dir": str(pathlib.Path(cfg.data).parent), "batch_prompts": cfg.batch_prompts}
+
+
+def load_all(configs: list[EvalConfig]) -> dict[str, list[dict]]:
+    """{benchmark: its test records} of each config (DataError on a bad file or record)."""
+    return {c.benchmark: load_records(c.data, c.benchmark, c.limit or None) for c in configs}
+
+
+def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = None,
+             checkpoint: dict | None = None) -> dict:
+    """Evaluate `model` on each benchmark config in this one process (the model and the engine
+    are loaded once), writing <out>/<bench>/ as the module doc says; `records` as load_all
+    returns them (loaded here when None). Returns {bench: summary}."""
+    import dataclasses
+
+    records = records if records is not None else load_all(configs)
+    engines: dict = {}
+    result = {}
+    for cfg in configs:
+        t0 = time.time()
+        key = (cfg.engine, cfg.device)
+        if key not in engines:
+            engines[key] = make_engine(cfg.engine, model, cfg.device)
+        engine, tokenizer = engines[key]
+        results = evaluate_records(
+            engine, tokenizer, records[cfg.benchmark], samples=cfg.samples,
+            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed, batch_prompts=cfg.batch_prompts, workers=cfg.workers,
+            keep_completions=cfg.keep_completions)
+        summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
+                   "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
+                   "seconds": round(time.time() - t0, 3)}
+        d = pathlib.Path(out) / cfg.benchmark
+        atomic_write_text(d / "results.jsonl",
+                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
+        if checkpoint is not None:
+            write_json(d / "checkpoint.json", {**checkpoint, "benchmark": cfg.benchmark})
+        write_json(d / "summary.json", summary)   # last: its presence says the folder is whole
+        result[cfg.benchmark] = summary
+    for engine, _ in engines.values():
+        engine.close()
+    return result
