@@ -1,6 +1,7 @@
 """Stage: gather one experiment's results from the MLflow store into plain tables.
 
     python -m pipeline.aggregate --experiment NAME [--tracking-uri URI] [--out scores.json]
+        [--tag KEY=VALUE ...]
 
 Everything is read from MLflow (never from private files), so the same code serves the
 workflow's aggregation step, `pipeline.report` and a store copied to another machine:
@@ -32,6 +33,8 @@ import pathlib
 import sys
 import tempfile
 
+from evaluators.tasks import BENCHMARKS
+
 TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
               "clip_frac_tokens_onpolicy", "compute_flops",
               "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s",
@@ -41,7 +44,6 @@ TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
               # MoE models (gspo.moe)
               "moe/volatility", "moe/load_entropy", "moe/max_expert_share", "moe/aux_loss",
               "moe/routing_cache_bytes", "moe/engine_routing_mismatch")
-BENCHMARKS = ("aime", "lcb", "cf")
 
 
 def _history(cl, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -81,7 +83,7 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
     (default: MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)."""
     from gspo import tracking
 
-    uri = uri or tracking.tracking_uri() or "sqlite:///results/mlflow.db"
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///results/mlflow.db"
     cl = tracking.client(uri)
     exp_id = tracking.experiment_id(cl, experiment, create=False)
     if exp_id is None:
@@ -143,9 +145,11 @@ def points(data: dict) -> list[dict]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--experiment", required=True)
-    ap.add_argument("--tracking-uri", default=None)
+    from pipeline._cli import add_tracking_flags, tracking_of
+
+    ap = argparse.ArgumentParser(prog="python -m pipeline.aggregate",
+                                 description=__doc__.splitlines()[0])
+    add_tracking_flags(ap)
     ap.add_argument("--out", default=None, help="scores.json to write (scores.csv beside it)")
     ap.add_argument("--report-config", default=None, help="(workflow) the report settings file")
     ap.add_argument("--workflow-config", default=None, help="(workflow) the master config to attach")
@@ -174,7 +178,8 @@ def main(argv=None):
     os.unlink(f.name)
 
     cl = tracking.client(data["tracking_uri"])
-    run_id = tracking.fresh_summary_run(cl, data["experiment_id"], "aggregate")
+    run_id = tracking.fresh_summary_run(cl, data["experiment_id"], "aggregate",
+                                        tracking_of(args).tags)
     for p in (out, out.with_suffix(".csv"), args.workflow_config):
         if p and pathlib.Path(p).is_file():
             tracking.retry(cl.log_artifact, run_id, str(p))

@@ -1,0 +1,62 @@
+"""The report's command line: python -m pipeline.report --experiment NAME [--tracking-uri URI]
+[--out DIR] [--report-config YAML] [--no-mlflow-log] [--tag KEY=VALUE ...] (see pipeline.report)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    import pipeline.report
+    from pipeline._cli import add_tracking_flags
+
+    ap = argparse.ArgumentParser(prog="python -m pipeline.report",
+                                 description=pipeline.report.__doc__.splitlines()[0])
+    add_tracking_flags(ap)
+    ap.add_argument("--out", default=None, help="output folder (default results/<experiment>/report)")
+    ap.add_argument("--report-config", default=None, help="YAML of report settings (the workflow's)")
+    ap.add_argument("--no-mlflow-log", action="store_true", help="do not log the report back to MLflow")
+    return ap
+
+
+def _print_headline(head: dict, out: pathlib.Path):
+    for r in head["final_scores"]:
+        print(f"{r['variant']:18s} {r['benchmark']:5s} pass@1 {r['pass_at_1']:.4f} "
+              f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}] seeds {r['seeds']}")
+    for k, v in head["clip_ratio"].items():
+        print(f"clip-fraction ratio {k}: {v:.1f}x")
+    for c in head["variants"]:
+        if "diff" in c:
+            sv = c["step_time_saving"]
+            print(f"{c['variant']} vs {c['baseline']} {c['benchmark']}: {c['diff']:+.4f} "
+                  f"[{c['diff_ci_low']:+.4f}, {c['diff_ci_high']:+.4f}], step time saving "
+                  + (f"{sv:.0%}" if sv is not None else "-"))
+    if head["moe"]:
+        print(head["moe"]["verdict"])
+    if head["collapsed_runs"]:
+        print(f"collapsed: {', '.join(head['collapsed_runs'])}")
+    print(f"report: {out / 'index.html'}")
+
+
+def main(argv=None) -> int:
+    from pipeline.report import build
+
+    args = _parser().parse_args(argv)
+    settings = {}
+    if args.report_config:
+        import yaml
+
+        settings = yaml.safe_load(pathlib.Path(args.report_config).read_text()) or {}
+    from pipeline._cli import tracking_of
+
+    out = pathlib.Path(args.out or f"results/{args.experiment}/report")
+    head = build(args.experiment, out, uri=args.tracking_uri, settings=settings,
+                 log_to_mlflow=not args.no_mlflow_log, tags=tracking_of(args).tags)
+    _print_headline(head, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

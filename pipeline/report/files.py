@@ -1,0 +1,65 @@
+"""The report's files: the CSV tables, summary.json (the headline numbers) and index.html, and
+their copy in MLflow (a run tagged stage=report)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import pathlib
+
+from pipeline.report import html
+from pipeline.report.model import MOE_COLS, STABILITY_COLS, TABLE_COLS, VARIANT_COLS, Report
+
+
+def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
+    """`rows` (dicts) as CSV with the columns `cols` (other keys left out)."""
+    from gspo.io import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def headline(report: Report) -> dict:
+    """summary.json: the final scores, clip fractions and their ratios, collapsed runs,
+    variant comparisons, the MoE ablation and the provenance."""
+    prov = report.provenance
+    return {"experiment": report.experiment, "tracking_uri": report.data["tracking_uri"],
+            "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
+                             for r in report.table],
+            "clip_frac_tokens": report.clips, "clip_frac_tokens_offpolicy": report.clips_off,
+            "clip_ratio": report.ratios,
+            "collapsed_runs": [f"{r['variant']}-seed{r['seed']}"
+                               for r in report.stability if r["collapsed"]],
+            "variants": report.comparisons,
+            "moe": dict(report.moe) if report.moe else None,
+            "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
+            "rebuild_command": f"python -m pipeline.report --experiment {report.experiment}"}
+
+
+def write(report: Report, out: pathlib.Path) -> dict:
+    """final_scores.csv, stability.csv, variants.csv, moe.csv, summary.json and index.html into
+    `out`; returns the headline (summary.json's content)."""
+    from gspo.io import atomic_write_text, write_json
+
+    write_csv(out / "final_scores.csv", report.table, TABLE_COLS)
+    write_csv(out / "stability.csv", report.stability, STABILITY_COLS)
+    write_csv(out / "variants.csv", report.comparisons, VARIANT_COLS)
+    write_csv(out / "moe.csv", report.moe["rows"] if report.moe else [], MOE_COLS)
+    head = headline(report)
+    write_json(out / "summary.json", head)
+    atomic_write_text(out / "index.html", html.render(report))
+    return head
+
+
+def log_to_mlflow(report: Report, out: pathlib.Path, tags: dict | None = None):
+    """The folder `out` as the artifacts of a fresh run tagged stage=report plus `tags`
+    (replacing the previous one)."""
+    from gspo import tracking
+
+    cl = tracking.client(report.data["tracking_uri"])
+    run_id = tracking.fresh_summary_run(cl, report.data["experiment_id"], "report", tags)
+    tracking.retry(cl.log_artifacts, run_id, str(out), "report")
+    tracking.retry(cl.set_terminated, run_id, "FINISHED")

@@ -1,0 +1,158 @@
+"""The report's page: `render(report)` is index.html's text (the figures beside it by name)."""
+
+from __future__ import annotations
+
+import sys
+from html import escape as esc
+
+from pipeline.report.model import MOE_COLS, STABILITY_COLS, TABLE_COLS
+from pipeline.report.verdicts import MOE_CLAIM
+
+STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+         "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
+         "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
+         ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
+         "padding:.5em 1em}</style></head><body>")
+
+
+def _fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return esc(str(v))
+
+
+def table(rows: list[dict], cols: list[str], digits: int = 3) -> str:
+    """An HTML table of `rows` (dicts) with the columns `cols`; None shows as '-'."""
+    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c), digits)}</td>" for c in cols) + "</tr>"
+                   for r in rows)
+    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+
+
+def _scores(report) -> list[str]:
+    data, prov = report.data, report.provenance
+    return [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>gspo-bench report: {esc(report.experiment)}</title>",
+        STYLE,
+        f"<h1>GSPO vs GRPO: {esc(report.experiment)}</h1>",
+        f"<p>{len(data['rl'])} RL runs ({', '.join(sorted(report.by_variant))}; seeds "
+        f"{prov['seeds']}), benchmarks {', '.join(report.benches)}. Built from the MLflow store "
+        f"<code>{esc(data['tracking_uri'])}</code>, experiment id {esc(data['experiment_id'])}."
+        " Compute is cumulative RL training FLOPs (generation + old log-prob pass + updates; "
+        "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
+        "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
+        "<p>pass@1 = mean over samples and problems; curve = mean over seeds, band = lowest to "
+        "highest seed.</p>",
+        "<h2>Final scores</h2>",
+        "<p>pass@1 at the largest budget, mean over seeds, with a bootstrap interval over "
+        "problems (per-problem scores averaged over seeds); <code>vs_sft</code> is the paired "
+        "difference to the SFT model on the same problems.</p>",
+        table(report.table, TABLE_COLS)]
+
+
+def _variants(comps: list[dict]) -> list[str]:
+    if not comps:
+        return []
+    return [
+        "<h2>Variants against their baselines</h2>",
+        "<p>Each variant (an algorithm run with other settings, e.g. the rollout engine's own "
+        "log-probs in lower precision as old log-probs) against the run it is measured against: "
+        "<code>diff</code> = paired pass@1 difference at the final budget on the same problems "
+        "(per-problem scores averaged over seeds, bootstrap interval); step times are the median "
+        "seconds per RL step (rollout + old-log-prob pass + updates), mean over seeds, with "
+        "<code>step_time_saving</code> = 1 - variant / baseline. Runs that ran side by side on a "
+        "shared machine make wall times noisy; the old-log-prob pass time and the compute ratio "
+        "(cumulative FLOPs) show the saving directly, and <code>old_logprob_share</code> (the "
+        "pass's time as a share of the baseline's step) bounds it. <code>logprob_gap_*</code>: "
+        "mean |engine log-prob - trainer log-prob| per token and per sequence "
+        "(length-normalised: what GSPO's sequence ratio sees). <code>clip_onpolicy</code>: the "
+        "share of response tokens whose gradient the clip removed in each step's first, "
+        "on-policy minibatch, where recomputed old log-probs make every ratio exactly 1: "
+        "anything above 0 there is clipping caused by the engine/trainer mismatch alone "
+        "(compare the sequence gap with GSPO's clip band, 3e-4 / 4e-4).</p>",
+        "<h3>Scores</h3>",
+        table(comps, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
+                      "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "n_problems"]),
+        "<h3>Cost and likelihood gap</h3>",
+        table(list({c["variant"]: c for c in comps}.values()),
+              ["variant", "baseline", "step_s", "baseline_step_s", "step_time_saving",
+               "old_logprob_s", "baseline_old_logprob_s", "old_logprob_share", "compute_ratio",
+               "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
+               "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"],
+              digits=4)]
+
+
+def _moe(moe: dict | None) -> list[str]:
+    if not moe:
+        return []
+    pcols = ["comparison", "variant", "against", "benchmark", "diff", "diff_ci_low",
+             "diff_ci_high", "n_problems"]
+    return [
+        "<h2>Mixture of experts: Routing Replay and expert-activation volatility</h2>",
+        f"<p>{esc(MOE_CLAIM)}</p>",
+        "<img src='moe.png'>",
+        "<p>Volatility: the fraction of (response token, layer) top-k expert sets of the updated "
+        "policy that differ from the old policy's on the same rollouts, after each step's "
+        "updates; with Routing Replay the update itself uses the old selection, but the "
+        "updated router may still choose otherwise. <code>replay_source</code>: trainer (the "
+        "old policy's experts, recorded in the old-log-prob pass: the paper's Routing Replay) or "
+        "engine (the rollout engine's own experts, recorded while it sampled). "
+        "<code>engine_routing_mismatch</code>: the share of (response token, layer) top-k sets "
+        "on which the rollout engine's routers and the trainer's old policy disagree on the same "
+        "samples (e.g. a bf16 engine beside the fp32 trainer). Load entropy: normalised entropy of the "
+        "per-expert token share (1 = balanced). Final scores on "
+        f"{esc(str(moe['benchmark']))}.</p>",
+        table(moe["rows"], MOE_COLS),
+        table(moe["pairs"], pcols) if moe["pairs"] else "",
+        "<div class='verdict'><ul>" + "".join(f"<li>{esc(x)}</li>"
+                                               for x in moe["verdict_lines"]) + "</ul></div>"]
+
+
+def _training(report) -> list[str]:
+    rule, clips = report.rule, report.clips
+    ratio_txt = ", ".join(f"{k}: {v:.1f}x" for k, v in report.ratios.items()) or "-"
+    clip_rows = [{"variant": a, "clip_frac_tokens": clips[a],
+                  "clip_frac_tokens_offpolicy": report.clips_off.get(a)} for a in sorted(clips)]
+    return [
+        "<h2>Training reward against compute</h2><img src='reward_vs_compute.png'>",
+        "<h2>Clipping</h2><img src='clip_fraction.png'>",
+        f"<p>Clip-fraction ratio (mean clipped-token fraction over all steps and seeds): "
+        f"<b>{esc(ratio_txt)}</b>.</p>",
+        table(clip_rows, ["variant", "clip_frac_tokens", "clip_frac_tokens_offpolicy"]),
+        "<h2>Stability</h2>",
+        f"<p>Collapse rule: with the training reward smoothed by a trailing moving mean over "
+        f"{rule['window']} steps, a run has collapsed when its best smoothed reward is at least "
+        f"{rule['min_best']} and every smoothed value in the last {rule['tail']:.0%} of its steps "
+        f"is below {rule['ratio']} x that best (runs shorter than {2 * rule['window']} steps are not "
+        "judged). Runs that crashed show MLflow status FAILED, killed ones KILLED.</p>",
+        table(report.stability, STABILITY_COLS)]
+
+
+def _provenance(report) -> list[str]:
+    prov, uri = report.provenance, report.data["tracking_uri"]
+    cfg = prov.get("workflow_config")
+    return [
+        "<h2>Provenance</h2><ul>",
+        f"<li>Workflow command: <code>{esc('; '.join(prov['workflow_command']) or '-')}</code></li>",
+        f"<li>Rebuild this report: <code>python -m pipeline.report --experiment "
+        f"{esc(report.experiment)}</code> (with MLFLOW_TRACKING_URI={esc(uri)})</li>",
+        f"<li>Seeds: {prov['seeds']}</li>",
+        f"<li>Git commit: {esc(', '.join(prov['git_commit']) or '-')}</li>",
+        f"<li>Versions: {esc(', '.join(prov['versions']) or '-')} | python "
+        f"{esc(sys.version.split()[0])} (report)</li>",
+        f"<li>Data (sha256): {esc('; '.join(prov['data_hashes']) or '-')}</li>",
+        "<li>Stage commands: <pre>" + esc("\n".join(prov["stage_commands"])) + "</pre></li></ul>",
+        "<h3>Config</h3>",
+        f"<pre>{esc(cfg)}</pre>" if cfg else
+        "<p>(no workflow config in the store; each run's resolved config is in its MLflow params)</p>",
+        "</body></html>"]
+
+
+def render(report) -> str:
+    """index.html's text."""
+    return "\n".join(_scores(report) + _variants(list(report.comparisons)) + _moe(report.moe)
+                     + _training(report) + _provenance(report))

@@ -1,0 +1,298 @@
+"""The report's numbers: smoothing and the collapse rule, curves over seeds, final scores with
+bootstrap intervals, paired differences, run stability, variants against their baselines and the
+mixture-of-experts ablation. Plain data in, plain data out (no figures, no HTML, no MLflow)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from evaluators.tasks import BENCHMARKS
+from pipeline.report.verdicts import moe_verdict
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving mean (the first points average what exists so far)."""
+    out, acc = [], 0.0
+    for i, v in enumerate(values):
+        acc += v
+        if i >= window:
+            acc -= values[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def collapse_check(rewards: list[float], *, window: int, ratio: float, tail: float,
+                   min_best: float) -> dict:
+    """The collapse rule (see pipeline.report) on one run's per-step rewards."""
+    if not rewards:
+        return {"best": None, "final": None, "collapsed": False}
+    r = smooth(rewards, window)
+    best = max(r)
+    n_tail = max(1, math.ceil(tail * len(r)))
+    collapsed = (len(r) >= 2 * window and best >= min_best
+                 and all(v < ratio * best for v in r[-n_tail:]))
+    return {"best": best, "final": r[-1], "best_step": r.index(best) + 1, "collapsed": collapsed}
+
+
+def by_variant(runs) -> dict[str, list]:
+    """Runs grouped by their variant, in the order they come."""
+    out: dict[str, list] = {}
+    for r in runs:
+        out.setdefault(r["variant"], []).append(r)
+    return out
+
+
+def curve(runs, key: str, window: int = 1) -> list[tuple]:
+    """One series over seeds at the steps every run has: [(x = mean compute at the step, mean,
+    lowest seed, highest seed)].
+
+    `key` is a training metric (smoothed by a trailing moving mean over `window` steps when
+    window > 1) or "eval/<bench>": that benchmark's pass@1 at each checkpoint, where step 0 (the
+    SFT model) sits at compute 0 and each point also carries its step as a fifth element."""
+    bench = key[len("eval/"):] if key.startswith("eval/") else None
+    per_run, comp = [], []
+    for run in runs:
+        if bench is None:
+            hist = run["train"].get(key, [])
+        else:
+            hist = run["eval"].get(bench, {}).get("pass_at_1", [])
+        vals = [v for _, v in hist]
+        per_run.append(dict(zip([s for s, _ in hist], smooth(vals, window) if window > 1 else vals)))
+        c = dict(run["train"].get("compute_flops", []))
+        if bench is not None:
+            c.setdefault(0, 0.0)
+        comp.append(c)
+    steps = sorted(set.intersection(*[set(p) for p in per_run])) if per_run else []
+    out = []
+    for s in steps:
+        ys = [p[s] for p in per_run]
+        xs = [c.get(s, float("nan")) for c in comp]
+        point = (statistics.mean(xs), statistics.mean(ys), min(ys), max(ys))
+        out.append(point + (s,) if bench is not None else point)
+    return out
+
+
+def mean_clip(runs, key: str = "clip_frac_tokens") -> float | None:
+    vals = [v for run in runs for _, v in run["train"].get(key, [])]
+    return statistics.mean(vals) if vals else None
+
+
+def paired_diff(row: dict, base: dict, *, iters: int, confidence: float) -> dict:
+    """Mean per-problem difference row - base on the problems both scored, with a bootstrap
+    interval; {} when either lacks per-problem scores."""
+    from evaluators.metrics import bootstrap_ci
+
+    ids = sorted(set(row.get("_problems") or {}) & set(base.get("_problems") or {}))
+    if not ids:
+        return {}
+    d = [row["_problems"][i] - base["_problems"][i] for i in ids]
+    lo, hi = bootstrap_ci(d, iters=iters, confidence=confidence, seed=0)
+    return {"diff": statistics.mean(d), "diff_ci_low": lo, "diff_ci_high": hi,
+            "n_problems": len(ids)}
+
+
+def _score_row(es: list[dict], *, iters: int, confidence: float) -> dict:
+    """pass@1 of one variant on one benchmark over its seeds' eval runs `es` (seed order): the
+    mean with a bootstrap interval over problems (each problem averaged over seeds), or, without
+    per-problem artifacts, the mean of the seeds' own intervals."""
+    from evaluators.metrics import bootstrap_ci
+
+    per_seed = [e["pass_at_1"] for e in es]
+    probs = [e.get("problems") or {} for e in es]
+    common = sorted(set.intersection(*[set(p) for p in probs])) if all(probs) else []
+    if common:
+        per_problem = [statistics.mean(p[i] for p in probs) for i in common]
+        lo, hi = bootstrap_ci(per_problem, iters=iters, confidence=confidence, seed=0)
+        mean = statistics.mean(per_problem)
+    else:
+        mean = statistics.mean(per_seed)
+        lo = statistics.mean(e["ci_low"] for e in es)
+        hi = statistics.mean(e["ci_high"] for e in es)
+    return {"step": es[0]["step"], "seeds": len(es), "pass_at_1": mean, "ci_low": lo,
+            "ci_high": hi, "seed_min": min(per_seed), "seed_max": max(per_seed),
+            "per_seed": per_seed, "n_problems": len(common) or es[0].get("n_problems"),
+            "_problems": dict(zip(common, per_problem)) if common else {}}
+
+
+def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
+    """Per variant (and the SFT model) and benchmark: pass@1 at the largest budget, with the
+    paired difference to the SFT model (vs_sft) on the problems both scored."""
+    evals = data["evals"]
+    last_budget = max((e["budget"] for e in evals if e["variant"] != "sft"), default=None)
+    algorithm_of = {e["variant"]: e["algorithm"] for e in evals}
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for e in evals:
+        if e["variant"] == "sft" or e["budget"] == last_budget:
+            groups.setdefault((e["variant"], e["benchmark"]), []).append(e)
+    rows, base = [], {}
+    for var in ["sft"] + sorted({v for v, _ in groups if v != "sft"}):
+        for bench in BENCHMARKS:
+            es = sorted(groups.get((var, bench), []), key=lambda e: e["seed"])
+            if not es:
+                continue
+            row = {"variant": var, "algorithm": algorithm_of.get(var, var), "benchmark": bench,
+                   "budget": 0 if var == "sft" else last_budget,
+                   **_score_row(es, iters=iters, confidence=confidence)}
+            if var == "sft":
+                base[bench] = row
+            elif bench in base:
+                d = paired_diff(row, base[bench], iters=iters, confidence=confidence)
+                if d:
+                    row.update(vs_sft=d["diff"], vs_sft_ci_low=d["diff_ci_low"],
+                               vs_sft_ci_high=d["diff_ci_high"])
+            rows.append(row)
+    return rows
+
+
+def stability(data: dict, rule: dict) -> list[dict]:
+    """Per run: best and final smoothed reward, whether it collapsed (`rule`: collapse_check's
+    settings), its MLflow status and skipped non-finite updates."""
+    out = []
+    for run in data["rl"]:
+        rewards = [v for _, v in run["train"].get("reward_mean", [])]
+        c = collapse_check(rewards, **rule)
+        skipped = sum(v for _, v in run["train"].get("skipped_updates", []))
+        out.append({"variant": run["variant"], "algorithm": run["algorithm"],
+                    "seed": run["seed"], "status": run["status"],
+                    "steps": len(rewards), "best_smoothed_reward": c["best"],
+                    "best_step": c.get("best_step"), "final_smoothed_reward": c["final"],
+                    "collapsed": c["collapsed"], "skipped_updates": skipped,
+                    "run_id": run["run_id"]})
+    return out
+
+
+def _median_of(run, key: str) -> float | None:
+    vals = [v for _, v in run["train"].get(key, [])]
+    return statistics.median(vals) if vals else None
+
+
+def mean_of(runs, key: str) -> float | None:
+    """Mean over steps, then over seeds (runs without the metric are left out)."""
+    per = [statistics.mean(v for _, v in r["train"][key]) for r in runs if r["train"].get(key)]
+    return statistics.mean(per) if per else None
+
+
+def step_seconds(run) -> float | None:
+    """Median seconds of one RL step (rollout + old log-prob pass + updates)."""
+    parts = [dict(run["train"].get(k, [])) for k in
+             ("time_rollout_s", "time_old_logprob_s", "time_update_s")]
+    steps = set(parts[0]) & set(parts[1]) & set(parts[2])
+    return statistics.median(sum(p[s] for p in parts) for s in steps) if steps else None
+
+
+def _timing(runs) -> tuple:
+    """(step seconds, old-log-prob pass seconds, final compute), each a mean over seeds."""
+    st = [t for t in map(step_seconds, runs) if t is not None]
+    ol = [t for t in (_median_of(r, "time_old_logprob_s") for r in runs) if t is not None]
+    fl = [r["train"]["compute_flops"][-1][1] for r in runs if r["train"].get("compute_flops")]
+    return (statistics.mean(st) if st else None, statistics.mean(ol) if ol else None,
+            statistics.mean(fl) if fl else None)
+
+
+def _cost(var: str, base: str, runs, bruns) -> dict:
+    """A variant's cost and log-prob gap beside its baseline's (one row's shared columns)."""
+    (vs, vo, vf), (bs, bo, bf) = _timing(runs), _timing(bruns)
+    return {"variant": var, "baseline": base, "algorithm": runs[0]["algorithm"],
+            "seeds": len(runs), "step_s": vs, "baseline_step_s": bs,
+            "step_time_saving": (1 - vs / bs) if vs and bs else None,
+            "old_logprob_s": vo, "baseline_old_logprob_s": bo,
+            "compute_ratio": (vf / bf) if vf and bf else None,
+            # what skipping the pass can save at most: its share of the baseline's step
+            "old_logprob_share": (bo - (vo or 0.0)) / bs if bo is not None and bs else None,
+            "clip_onpolicy": mean_of(runs, "clip_frac_tokens_onpolicy"),
+            "baseline_clip_onpolicy": mean_of(bruns, "clip_frac_tokens_onpolicy"),
+            "logprob_gap_token": mean_of(runs, "logprob_gap_token_mean"),
+            "baseline_logprob_gap_token": mean_of(bruns, "logprob_gap_token_mean"),
+            "logprob_gap_seq": mean_of(runs, "logprob_gap_seq_mean"),
+            "baseline_logprob_gap_seq": mean_of(bruns, "logprob_gap_seq_mean")}
+
+
+def variant_comparisons(data: dict, table: list[dict], *, iters: int,
+                        confidence: float) -> list[dict]:
+    """Each variant against its baseline (the `baseline` tag of its runs), per benchmark: the
+    paired score difference at the final budget, the step time and old-log-prob pass time
+    (median per step, mean over seeds; saving = 1 - variant / baseline), the compute ratio and
+    the engine/trainer log-prob gap of both."""
+    groups = by_variant(data["rl"])
+    rows_of = {(r["variant"], r["benchmark"]): r for r in table}
+    out = []
+    for var, runs in sorted(groups.items()):
+        base = runs[0].get("baseline") or ""
+        if not base or base not in groups:
+            continue
+        common = _cost(var, base, runs, groups[base])
+        for bench in BENCHMARKS:
+            r, b = rows_of.get((var, bench)), rows_of.get((base, bench))
+            if r is None or b is None:
+                continue
+            out.append({**common, "benchmark": bench, "pass_at_1": r["pass_at_1"],
+                        "baseline_pass_at_1": b["pass_at_1"],
+                        **paired_diff(r, b, iters=iters, confidence=confidence)})
+    return out
+
+
+def _moe_row(var: str, runs, stab: list[dict], fin: dict, bench: str | None) -> dict:
+    """One MoE variant: volatility over seeds, load balance, Routing Replay and its source,
+    collapses and its final score on `bench` (`fin`: its final_scores row, or {})."""
+    vol = [statistics.mean(x for _, x in r["train"]["moe/volatility"]) for r in runs
+           if r["train"].get("moe/volatility")]
+    params = runs[0]["params"]
+    # params are flattened JSON values ("true"), older stores may hold "True"
+    replay = str(params.get("routing_replay", "")).lower() == "true"
+    return {
+        "variant": var, "algorithm": runs[0]["algorithm"], "routing_replay": replay,
+        "replay_source": params.get("routing_replay_source", "trainer") if replay else "",
+        "seeds": len(runs), "volatility": statistics.mean(vol) if vol else None,
+        "volatility_seed_min": min(vol) if vol else None,
+        "volatility_seed_max": max(vol) if vol else None,
+        "engine_routing_mismatch": mean_of(runs, "moe/engine_routing_mismatch"),
+        "load_entropy": mean_of(runs, "moe/load_entropy"),
+        "max_expert_share": mean_of(runs, "moe/max_expert_share"),
+        "routing_cache_mb": (mean_of(runs, "moe/routing_cache_bytes") or 0) / 2**20,
+        "collapsed": sum(x["collapsed"] for x in stab if x["variant"] == var),
+        "benchmark": bench, "pass_at_1": fin.get("pass_at_1"), "ci_low": fin.get("ci_low"),
+        "ci_high": fin.get("ci_high"), "vs_sft": fin.get("vs_sft"),
+        "vs_sft_ci_low": fin.get("vs_sft_ci_low"), "vs_sft_ci_high": fin.get("vs_sft_ci_high")}
+
+
+def _moe_pairs(rows: list[dict], rows_of: dict, bench: str | None, *, iters: int,
+               confidence: float) -> list[dict]:
+    """The paper's comparisons among the MoE variants, as paired differences on `bench`."""
+    def find(alg, source):     # source: "" (no replay), "trainer" (the paper's) or "engine"
+        return next((r for r in rows if r["algorithm"] == alg and r["replay_source"] == source),
+                    None)
+
+    pairs = []
+    for a, b, what in ((find("grpo", ""), find("grpo", "trainer"), "GRPO without vs with Routing Replay"),
+                       (find("gspo", ""), find("grpo", ""), "GSPO vs GRPO, both without replay"),
+                       (find("gspo", ""), find("grpo", "trainer"), "GSPO without replay vs GRPO with it"),
+                       (find("gspo", ""), find("gspo", "trainer"), "GSPO without vs with Routing Replay"),
+                       (find("grpo", "engine"), find("grpo", ""),
+                        "GRPO replaying the rollout engine's routing vs without replay")):
+        if a and b and (a["variant"], bench) in rows_of and (b["variant"], bench) in rows_of:
+            d = paired_diff(rows_of[(a["variant"], bench)], rows_of[(b["variant"], bench)],
+                            iters=iters, confidence=confidence)
+            if d:
+                pairs.append({"comparison": what, "variant": a["variant"], "against": b["variant"],
+                              "benchmark": bench, **d})
+    return pairs
+
+
+def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
+                confidence: float) -> dict | None:
+    """The MoE ablation: per variant, expert-activation volatility, load balance, Routing Replay
+    on/off, collapses and final scores; the paper's comparisons as paired differences; and a
+    plain verdict. None when no run logged moe/volatility."""
+    moe_vars = {v: rs for v, rs in by_variant(data["rl"]).items()
+                if any(r["train"].get("moe/volatility") for r in rs)}
+    if not moe_vars:
+        return None
+    rows_of = {(r["variant"], r["benchmark"]): r for r in table}
+    bench = next((b for b in BENCHMARKS if any((v, b) in rows_of for v in moe_vars)), None)
+    rows = [_moe_row(var, runs, stab, rows_of.get((var, bench), {}), bench)
+            for var, runs in sorted(moe_vars.items())]
+    pairs = _moe_pairs(rows, rows_of, bench, iters=iters, confidence=confidence)
+    lines = moe_verdict(rows, pairs, confidence)
+    return {"rows": rows, "pairs": pairs, "benchmark": bench, "verdict": " ".join(lines),
+            "verdict_lines": lines}
