@@ -4,13 +4,14 @@
 #     snakemake --cores 2 --configfile config/smoke.yaml   # the ~2-minute smoke run
 #     snakemake --report results/<experiment>/snakemake-report.html
 #
-# DAG: data -> sft -> rl (one per algorithm x seed) -> eval (each run's checkpoint at every
+# DAG: data -> sft -> rl (one per variant x seed) -> eval (each run's checkpoint at every
 # budget, on every benchmark; budget 0 = the SFT model) -> track (record in MLflow) ->
-# aggregate -> report. Rules live in workflow/rules/, their Python in workflow/gspo_workflow/
-# (plan.py: config -> stage configs, paths and rule helpers; steps.py: the jobs,
-# `python -m gspo_workflow.steps <stage>`), the config schema in workflow/schemas/. Every output
-# and log lies under results/<experiment>/; runs are tracked in MLflow (default
-# sqlite:///results/mlflow.db, or $MLFLOW_TRACKING_URI).
+# aggregate -> report. Every rule runs the stage command a user would run by hand,
+# `python -m pipeline.<stage>`, on the stage config the plan wrote for it
+# (workflow/gspo_workflow/plan.py: config -> stage configs, paths and rule helpers). Rules live
+# in workflow/rules/, the config schema in workflow/schemas/. Every output and log lies under
+# results/<experiment>/; runs are tracked in MLflow (default sqlite:///results/mlflow.db, or
+# $MLFLOW_TRACKING_URI, or the config's tracking.uri), passed to each command as flags.
 
 import os
 

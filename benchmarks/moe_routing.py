@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from rollout_and_step import workload_parser  # noqa: E402  (a sibling script, not a package)
+# a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path
+from rollout_and_step import workload_parser
 
-from evaluators import aime  # noqa: E402
-from gspo import moe  # noqa: E402
-from gspo.data import pad_batch, sequence_logprobs  # noqa: E402
-from gspo.models import build_tiny, load_model  # noqa: E402
-from gspo.rollout import make_engine  # noqa: E402
+from evaluators import aime
+from gspo import moe
+from gspo.data import pad_batch, sequence_logprobs
+from gspo.models import build_tiny, load_model
+from gspo.rollout import make_engine
 
 
 def timed(fn):

@@ -22,13 +22,11 @@ from __future__ import annotations
 import os
 import pathlib
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from rollout_and_step import workload_parser  # noqa: E402  (a sibling script, not a package)
+# a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path
+from rollout_and_step import workload_parser
 
 
 def idle_cpu_share(seconds: float = 3.0) -> float:
@@ -50,6 +48,37 @@ def idle_cpu_share(seconds: float = 3.0) -> float:
     a = used()
     time.sleep(seconds)
     return (used() - a) / seconds
+
+
+def measure(engines: dict, prompts, repeats: int, kw: dict):
+    """({engine: [tokens/s per call]}, {engine: [tokens per call]}); round 0 warms up."""
+    rates = {k: [] for k in engines}
+    tokens = {k: [] for k in engines}
+    for rep in range(repeats + 1):
+        for name, eng in engines.items():
+            t = time.perf_counter()
+            out = eng.generate(prompts, seed=rep, **kw)
+            dt = time.perf_counter() - t
+            ntok = sum(len(c.token_ids) for g in out for c in g)
+            if rep:
+                rates[name].append(ntok / dt)
+                tokens[name].append(ntok)
+    return rates, tokens
+
+
+def report(args, path, rates, tokens, *, start_s, sync, idle, nparams) -> None:
+    print(f"\n== rollout: {args.prompts} prompts x {args.n} samples, <= {args.new} new tokens, "
+          f"model {path.name}, {args.device}/{args.dtype}, torch threads {args.threads}, "
+          f"{os.cpu_count()} cpus ==")
+    base = statistics.median(rates["torch engine"])
+    for name, r in rates.items():
+        med = statistics.median(r)
+        print(f"{name:26s} {med:10.0f} tokens/s   x{med / base:.2f} vs torch engine   "
+              f"(median of {len(r)}; {statistics.mean(tokens[name]):.0f} tokens per call)")
+    print(f"\nvLLM engine start: {start_s:.1f} s")
+    print(f"update_weights ({nparams / 1e6:.2f}M params): {1e3 * statistics.median(sync):.1f} ms "
+          f"(median of {len(sync)})")
+    print(f"vLLM processes while idle: {idle:.2f} cores busy")
 
 
 def main():
@@ -82,17 +111,7 @@ def main():
     kw = dict(n=args.n, temperature=1.0, top_p=1.0, max_new_tokens=args.new,
               stop_token_ids=[tok.eos_token_id])
 
-    rates = {k: [] for k in engines}
-    tokens = {k: [] for k in engines}
-    for rep in range(args.repeats + 1):               # round 0 warms up, not counted
-        for name, eng in engines.items():
-            t = time.perf_counter()
-            out = eng.generate(prompts, seed=rep, **kw)
-            dt = time.perf_counter() - t
-            ntok = sum(len(c.token_ids) for g in out for c in g)
-            if rep:
-                rates[name].append(ntok / dt)
-                tokens[name].append(ntok)
+    rates, tokens = measure(engines, prompts, args.repeats, kw)
 
     sd = model.state_dict()
     sync = []
@@ -112,18 +131,7 @@ def main():
     rates["torch engine, vLLM closed"] = alone
     tokens["torch engine, vLLM closed"] = tokens["torch engine"]
 
-    print(f"\n== rollout: {args.prompts} prompts x {args.n} samples, <= {args.new} new tokens, "
-          f"model {path.name}, {args.device}/{args.dtype}, torch threads {args.threads}, "
-          f"{os.cpu_count()} cpus ==")
-    base = statistics.median(rates["torch engine"])
-    for name, r in rates.items():
-        med = statistics.median(r)
-        print(f"{name:26s} {med:10.0f} tokens/s   x{med / base:.2f} vs torch engine   "
-              f"(median of {len(r)}; {statistics.mean(tokens[name]):.0f} tokens per call)")
-    print(f"\nvLLM engine start: {start_s:.1f} s")
-    print(f"update_weights ({nparams / 1e6:.2f}M params): {1e3 * statistics.median(sync):.1f} ms "
-          f"(median of {len(sync)})")
-    print(f"vLLM processes while idle: {idle:.2f} cores busy")
+    report(args, path, rates, tokens, start_s=start_s, sync=sync, idle=idle, nparams=nparams)
     if args.rl_steps:
         from rollout_and_step import compare_old_logprobs
 

@@ -292,14 +292,14 @@ def test_changing_one_variants_settings_reruns_that_variant_alone(smoke, tmp_pat
 @pytest.mark.slow
 def test_an_interrupted_rl_run_resumes_from_its_last_checkpoint_in_the_same_mlflow_run(smoke):
     # Run b (its determinism was checked already), put back in the state an RL job stopped
-    # after step 2 leaves: its checkpoint at step 2 and its metrics, no done.json, no later
+    # after step 2 leaves: its checkpoint at step 2 and its metrics, no summary.json, no later
     # checkpoint, and nothing downstream of it made yet.
     _, b = smoke
     base = exp_dir(b)
     run_dir = base / "rl" / "gspo" / "seed0"
     before = (run_dir / "metrics.jsonl").read_text()
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
-    (run_dir / "done.json").unlink()
+    (run_dir / "summary.json").unlink()
     shutil.rmtree(run_dir / "checkpoints" / "step_000004")
     for d in (base / "eval" / "gspo" / "seed0", base / "aggregate", base / "report"):
         shutil.rmtree(d)

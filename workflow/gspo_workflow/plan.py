@@ -9,7 +9,9 @@ The Snakefile calls `Plan(config, ...)` once after schema validation. The plan
   settings re-runs evaluation and nothing upstream);
 - answers the rules' questions about paths (input functions, params) without lambdas.
 
-`python -m gspo_workflow.steps <stage>` (the jobs) reads those stage files back.
+The jobs are the stage commands a user runs by hand (`python -m pipeline.<stage>`), given those
+stage files and, on their command line, the MLflow store, experiment and tags
+(`tracking_flags`).
 """
 
 from __future__ import annotations
@@ -19,19 +21,17 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import sys
 
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from evaluators.evaluation import EvalConfig
+from evaluators.tasks import BENCHMARKS as TASKS
+from gspo.config import ConfigError, DataGenConfig, RLConfig, SFTConfig, from_dict, to_dict
+from gspo.io import atomic_write_text
+from gspo.models import PRESETS
 
-from gspo.config import (ConfigError, DataGenConfig, RLConfig, SFTConfig,  # noqa: E402
-                         from_dict, to_dict)
-from gspo.models import PRESETS  # noqa: E402
-
-TASKS = ("aime", "lcb", "cf")
 PARTS = ("sft", "rl", "test")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 # RL fields the workflow sets itself, per run.
@@ -54,8 +54,6 @@ def write_if_changed(path: pathlib.Path, text: str, *, dry_run: bool = False) ->
     if exists and path.read_text() == text:
         return False
     if not (dry_run and exists):
-        from gspo.io import atomic_write_text
-
         atomic_write_text(path, text)
     return True
 
@@ -100,6 +98,25 @@ def regex_of(values) -> str:
     import re
 
     return "|".join(re.escape(str(v)) for v in values)
+
+
+def put_interpreter_first() -> None:
+    """Make `python` in the jobs' shell commands the interpreter running Snakemake (the project's
+    environment), as it is for a user who activated it."""
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+
+class Unrecorded:
+    """A rule parameter Snakemake does not record, so that a change of it re-runs nothing:
+    Snakemake's params trigger compares only values of builtin types, and this is none. For
+    what says where results are recorded (the MLflow store, the invocation's tags), never for
+    what they are. Formats into a shell command as its text."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def budget_steps(steps: int, budgets: list[int]) -> dict[int, int]:
@@ -278,7 +295,8 @@ class Plan:
         merged = {**common, **{k: v for k, v in (ev.get(bench) or {}).items() if v is not None}}
         merged["benchmark"] = bench
         merged["data"] = self.data_file(bench, "test")
-        return merged
+        # typed and complete (every EvalConfig field, defaults filled in), checked before any job
+        return to_dict(self._typed(EvalConfig, merged, f"eval.{bench}"))
 
     # -- files the rules use --------------------------------------------------------------------
     def cfg_path(self, name: str) -> str:
@@ -391,20 +409,26 @@ class Plan:
     def baseline_param(self, wildcards) -> str:
         return self.variants[wildcards.variant]["baseline"]
 
-    def job_env(self, argv: list[str] | None = None) -> dict[str, str]:
-        """What every job inherits: `python` = this interpreter, `gspo_workflow` importable, and
-        the MLflow store / experiment / tags (read by gspo.tracking)."""
-        argv = sys.argv if argv is None else argv
-        here = str(pathlib.Path(__file__).resolve().parent.parent)
-        path = os.environ.get("PYTHONPATH", "")
-        return {
-            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            "PYTHONPATH": here + (os.pathsep + path if path else ""),
-            "MLFLOW_TRACKING_URI": self.tracking_uri,
-            "MLFLOW_EXPERIMENT_NAME": self.experiment,
-            "GSPO_MLFLOW_TAGS": json.dumps({"experiment": self.experiment, "workflow": "snakemake",
-                                            "workflow_command": " ".join(argv)}),
-        }
+    def checkpoint_param(self, wildcards) -> str:
+        """The checkpoint of (variant, seed) at the budget's step."""
+        step = self.step_of(wildcards.budget)
+        return f"{self.rl_dir(wildcards.variant, wildcards.seed)}/checkpoints/step_{step:06d}"
 
-    def export_env(self) -> None:
-        os.environ.update(self.job_env())
+    def track_eval_flags(self, wildcards) -> str:
+        """pipeline.track's --eval BUDGET=FOLDER of every budget of (variant, seed)."""
+        evals = [f"0={self.base}/eval/sft"] if 0 in self.budgets else []
+        evals += [f"{b}={self.base}/eval/{wildcards.variant}/seed{wildcards.seed}/b{b}"
+                  for b in self.nonzero_budgets()]
+        return " ".join(f"--eval {shlex.quote(e)}" for e in evals)
+
+    def tracking_flags(self, argv: list[str] | None = None) -> Unrecorded:
+        """The MLflow flags of every stage command (shell-quoted): the store, the experiment and
+        the tags that tie a run to this workflow invocation. Unrecorded: the command line of
+        each invocation differs, and recording elsewhere must not re-run a stage."""
+        argv = sys.argv if argv is None else argv
+        tags = {"experiment": self.experiment, "workflow": "snakemake",
+                "workflow_command": " ".join(argv)}
+        flags = ["--tracking-uri", self.tracking_uri, "--experiment", self.experiment]
+        for k, v in tags.items():
+            flags += ["--tag", f"{k}={v}"]
+        return Unrecorded(shlex.join(flags))

@@ -1,4 +1,4 @@
-# Validation, the plan (stage configs, paths, rule helpers) and the environment jobs inherit.
+# Validation, the plan (stage configs, paths, rule helpers) and the interpreter jobs use.
 
 import os
 import sys
@@ -14,8 +14,9 @@ validate(config, "../schemas/config.schema.yaml")
 # resolved config under results/<experiment>/config/ when its content changed.
 PLAN = plan.Plan(config, workdir=os.getcwd(), dry_run=plan.is_dry_run())
 PLAN.write_stage_configs()
-# Jobs run `python -m gspo_workflow.steps` with this interpreter and find their MLflow store.
-PLAN.export_env()
+# Jobs run `python -m pipeline.<stage>` with this interpreter; everything else they need is on
+# their command line (stage config files, the MLflow store, experiment and tags).
+plan.put_interpreter_first()
 
 
 wildcard_constraints:

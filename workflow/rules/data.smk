@@ -18,4 +18,4 @@ rule data:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps data --config {input.config} > {log} 2>&1"
+        "exec python -m pipeline.data --config {input.config} > {log} 2>&1"

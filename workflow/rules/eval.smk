@@ -4,9 +4,9 @@
 # One job evaluates one checkpoint on all benchmarks: starting a process that loads torch and
 # transformers costs 5-10 s on 2 cores, more than a tiny checkpoint's whole evaluation, so the
 # model is loaded once per checkpoint. Evaluation jobs only write files; the track_* rules then
-# record them in MLflow: one eval run per checkpoint and benchmark, nested under the run that
-# trained it, plus the scores as metrics of the RL run itself (eval/<bench>/pass_at_1 at the
-# checkpoint's step, step 0 = the SFT model).
+# record them in MLflow (pipeline.track): one eval run per checkpoint and benchmark, nested
+# under the run that trained it, plus the scores as metrics of the RL run itself
+# (eval/<bench>/pass_at_1 at the checkpoint's step, step 0 = the SFT model).
 
 
 rule eval_sft:
@@ -27,14 +27,14 @@ rule eval_sft:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps eval-sft --configs {input.configs} --model {input.model}"
-        " --out-root results/{wildcards.experiment}/eval/sft --threads {threads} > {log} 2>&1"
+        "exec python -m pipeline.evaluate --model {input.model} --config {input.configs}"
+        " --out results/{wildcards.experiment}/eval/sft --threads {threads} > {log} 2>&1"
 
 
 rule eval_checkpoint:
     input:
         configs=PLAN.eval_configs(),
-        done="results/{experiment}/rl/{variant}/seed{seed}/done.json",
+        done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",
         data=PLAN.test_files(),
     output:
         summaries=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "summary.json"),
@@ -42,7 +42,7 @@ rule eval_checkpoint:
         meta=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "checkpoint.json"),
     params:
         config_sha=PLAN.eval_sha_param(),
-        step=PLAN.step_param,
+        model=PLAN.checkpoint_param,
     log:
         "results/{experiment}/logs/eval/{variant}-seed{seed}-b{budget}.log",
     benchmark:
@@ -51,41 +51,44 @@ rule eval_checkpoint:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps eval --configs {input.configs} --rl-dir $(dirname {input.done})"
-        " --out-root results/{wildcards.experiment}/eval/{wildcards.variant}/seed{wildcards.seed}/b{wildcards.budget}"
-        " --variant {wildcards.variant} --seed {wildcards.seed} --budget {wildcards.budget}"
-        " --step {params.step} --threads {threads} > {log} 2>&1"
+        "exec python -m pipeline.evaluate --model {params.model} --config {input.configs}"
+        " --out results/{wildcards.experiment}/eval/{wildcards.variant}/seed{wildcards.seed}/b{wildcards.budget}"
+        " --threads {threads} > {log} 2>&1"
 
 
 rule track_sft_evals:
     input:
         summaries=PLAN.eval_outputs("sft", "summary.json"),
-        configs=PLAN.eval_configs(),
         sft_summary="results/{experiment}/sft/summary.json",
     output:
         "results/{experiment}/eval/sft/mlflow.json",
+    params:
+        tracking=PLAN.tracking_flags(),
     log:
         "results/{experiment}/logs/track/sft.log",
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps track-sft --sft-dir $(dirname {input.sft_summary})"
-        " --summaries {input.summaries} --configs {input.configs} --out {output} > {log} 2>&1"
+        "exec python -m pipeline.track --run-dir results/{wildcards.experiment}/sft --variant sft"
+        " --seed 0 --eval 0=results/{wildcards.experiment}/eval/sft --out {output}"
+        " {params.tracking} > {log} 2>&1"
 
 
 rule track_run_evals:
     input:
-        done="results/{experiment}/rl/{variant}/seed{seed}/done.json",
+        done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",
         initial=PLAN.initial_eval_inputs,
         summaries=PLAN.run_eval_summaries,
-        configs=PLAN.eval_configs(),
     output:
         "results/{experiment}/eval/{variant}/seed{seed}/mlflow.json",
+    params:
+        evals=PLAN.track_eval_flags,
+        tracking=PLAN.tracking_flags(),
     log:
         "results/{experiment}/logs/track/{variant}-seed{seed}.log",
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps track-run --rl-dir $(dirname {input.done}) --variant {wildcards.variant}"
-        " --seed {wildcards.seed} --initial {input.initial} --summaries {input.summaries}"
-        " --configs {input.configs} --out {output} > {log} 2>&1"
+        "exec python -m pipeline.track --run-dir results/{wildcards.experiment}/rl/{wildcards.variant}/seed{wildcards.seed}"
+        " --variant {wildcards.variant} --seed {wildcards.seed} {params.evals} --out {output}"
+        " {params.tracking} > {log} 2>&1"

@@ -10,13 +10,15 @@ rule aggregate:
     output:
         scores="results/{experiment}/aggregate/scores.json",
         table="results/{experiment}/aggregate/scores.csv",
+    params:
+        tracking=PLAN.tracking_flags(),
     log:
         "results/{experiment}/logs/aggregate.log",
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps aggregate --experiment {wildcards.experiment} --out {output.scores}"
-        " --report-config {input.config} --workflow-config {input.workflow_config} > {log} 2>&1"
+        "exec python -m pipeline.aggregate --out {output.scores} --report-config {input.config}"
+        " --workflow-config {input.workflow_config} {params.tracking} > {log} 2>&1"
 
 
 rule report:
@@ -64,10 +66,12 @@ rule report:
             caption="../report/moe.rst",
             category="Tables",
         ),
+    params:
+        tracking=PLAN.tracking_flags(),
     log:
         "results/{experiment}/logs/report.log",
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps report --experiment {wildcards.experiment} --out $(dirname {output.html})"
-        " --report-config {input.config} > {log} 2>&1"
+        "exec python -m pipeline.report --out $(dirname {output.html}) --report-config {input.config}"
+        " {params.tracking} > {log} 2>&1"

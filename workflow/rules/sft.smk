@@ -10,6 +10,7 @@ rule sft:
         summary="results/{experiment}/sft/summary.json",
     params:
         config_sha=PLAN.sha_param("sft"),
+        tracking=PLAN.tracking_flags(),
     log:
         "results/{experiment}/logs/sft.log",
     benchmark:
@@ -18,4 +19,5 @@ rule sft:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m gspo_workflow.steps sft --config {input.config} --threads {threads} > {log} 2>&1"
+        "exec python -m pipeline.sft --config {input.config} --set threads={threads}"
+        " --run-name sft {params.tracking} > {log} 2>&1"
