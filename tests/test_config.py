@@ -78,3 +78,44 @@ def test_a_vllm_knob_out_of_range_names_the_field_and_the_range(tmp_path):
         load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {gpu_memory_utilization: 1.5}\n"))
     with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size: must be >= 1"):
         load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {tensor_parallel_size: 0}\n"))
+
+
+def _schema_defaults_vs(cls, node, schema, path) -> list[str]:
+    """Every schema property of `node` that is a field of `cls` must have the field's default
+    (nested dataclasses are compared field by field)."""
+    import dataclasses as dc
+
+    fields = {f.name: f for f in dc.fields(cls)}
+    out = []
+    for name, sub in (node.get("properties") or {}).items():
+        if "$ref" in sub:
+            sub = {**schema["$defs"][sub["$ref"].split("/")[-1]], **sub}
+        if name not in fields:
+            continue
+        f = fields[name]
+        default = f.default if f.default is not dc.MISSING else f.default_factory()
+        if dc.is_dataclass(default):
+            out += _schema_defaults_vs(type(default), sub, schema, f"{path}.{name}")
+        elif sub.get("default") != default:
+            out.append(f"{path}.{name}: schema {sub.get('default')!r}, "
+                       f"{cls.__name__}.{name} {default!r}")
+    return out
+
+
+def test_the_workflow_schema_defaults_are_the_config_dataclasses_defaults():
+    """One source of truth: a stage section's defaults in the schema are its dataclass's."""
+    import pathlib
+
+    import yaml
+
+    from evaluators.evaluation import EvalConfig
+    from gspo.config import DataGenConfig
+
+    schema = yaml.safe_load((pathlib.Path(__file__).resolve().parents[1] / "workflow" /
+                             "schemas" / "config.schema.yaml").read_text())
+    props = schema["properties"]
+    bad = []
+    for key, cls in (("sft", SFTConfig), ("rl", RLConfig), ("eval", EvalConfig),
+                     ("data", DataGenConfig)):
+        bad += _schema_defaults_vs(cls, props[key], schema, key)
+    assert not bad, "\n".join(bad)
