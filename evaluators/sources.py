@@ -9,7 +9,7 @@ import json
 import pathlib
 from typing import Callable, Iterable
 
-from gspo.io import DataError
+from gspo.io import DataError, jsonl_rows
 
 # The keys under which a JSON file may hold its list of records.
 LIST_KEYS = ("data", "records", "rows", "test")
@@ -20,16 +20,7 @@ def records_from_file(path) -> list[tuple[str, dict]]:
     object holding one under LIST_KEYS); malformed JSON raises DataError naming file and line."""
     path = pathlib.Path(path)
     if path.suffix == ".jsonl":
-        out = []
-        with open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append((f"{path}:{lineno}", json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
-        return out
+        return [(f"{path}:{lineno}", row) for lineno, row in jsonl_rows(path)]
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:

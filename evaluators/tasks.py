@@ -21,9 +21,10 @@ TITLES = {"aime": "AIME-style math", "lcb": "LiveCodeBench-style", "cf": "CodeFo
 
 
 def module(task: str):
-    """The module of benchmark `task`; an unknown name raises ValueError naming the valid ones."""
+    """The module of benchmark `task` (a record's `task`); an unknown name raises ValueError
+    naming the valid ones."""
     if task not in MODULES:
-        raise ValueError(f"unknown benchmark {task!r}; expected one of {', '.join(BENCHMARKS)}")
+        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(BENCHMARKS)}")
     return MODULES[task]
 
 
@@ -34,7 +35,8 @@ def parse(spec: str) -> list[str]:
     if not names:
         raise ValueError(f"no benchmark given; valid: {', '.join(BENCHMARKS)}")
     for b in names:
-        module(b)
+        if b not in MODULES:
+            raise ValueError(f"unknown benchmark {b!r}; valid: {', '.join(BENCHMARKS)}")
     return list(dict.fromkeys(names))
 
 

@@ -59,26 +59,34 @@ def write_jsonl(records, path) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
-def read_jsonl(path, required: tuple[str, ...] = ()) -> list[dict]:
-    """Records of a JSONL file; a malformed line or missing field raises DataError naming it."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+def jsonl_rows(path) -> list[tuple[int, object]]:
+    """(line number, parsed value) of each non-blank line; malformed JSON raises DataError
+    naming the file and line."""
     out = []
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                out.append((lineno, json.loads(line)))
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            missing = [k for k in required if k not in rec]
-            if missing:
-                raise DataError(f"{path}:{lineno}: record is missing field {missing[0]!r}")
-            out.append(rec)
+    return out
+
+
+def read_jsonl(path, required: tuple[str, ...] = ()) -> list[dict]:
+    """Records of a JSONL file; a malformed line or missing field raises DataError naming it."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    out = []
+    for lineno, rec in jsonl_rows(path):
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise DataError(f"{path}:{lineno}: record is missing field {missing[0]!r}")
+        out.append(rec)
     return out
 
 

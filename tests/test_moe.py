@@ -224,13 +224,11 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture
-def text_rewards(monkeypatch):
+def text_rewards():
     """A random-initialised model never solves a problem; a deterministic reward of the text gives
-    the groups reward variance so the updates move the routers."""
-    import evaluators.tasks
-
-    monkeypatch.setattr(evaluators.tasks, "rewards",
-                        lambda recs, texts, workers=2: [float(sum(map(ord, t)) % 2) for t in texts])
+    the groups reward variance so the updates move the routers (the trainer takes any reward
+    function)."""
+    return lambda recs, texts: [float(sum(map(ord, t)) % 2) for t in texts]
 
 
 def moe_cfg(data, model_dir, out, **kw):
@@ -251,7 +249,7 @@ def test_moe_only_options_on_a_dense_model_are_errors_naming_the_field(data, tin
 
 
 def test_a_dense_run_logs_no_moe_metrics(data, tiny_model_dir, tmp_path, text_rewards):
-    trainer_mod.run_rl(moe_cfg(data, tiny_model_dir, tmp_path, steps=1), rewards)
+    trainer_mod.run_rl(moe_cfg(data, tiny_model_dir, tmp_path, steps=1), text_rewards)
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert not [k for k in row if k.startswith("moe/")] and "time_moe_s" not in row
 
@@ -261,7 +259,7 @@ def test_an_aux_loss_coefficient_adds_the_loss_and_changes_the_router_update(
     gates = {}
     for coef in (0.0, 1.0):
         tr = trainer_mod.Trainer(moe_cfg(data, tiny_moe_model_dir, tmp_path / str(coef),
-                                         router_aux_loss_coef=coef, minibatches=1), rewards)
+                                         router_aux_loss_coef=coef, minibatches=1), text_rewards)
         tr._consecutive_nonfinite = 0
         batch = toy_batch(n=8)
         old_logp, _ = tr.old_logprobs(batch)
@@ -278,7 +276,7 @@ def test_an_aux_loss_coefficient_adds_the_loss_and_changes_the_router_update(
 @pytest.mark.parametrize("replay", [False, True])
 def test_rl_on_tiny_moe_logs_volatility_load_balance_and_the_cache_size(
         data, tiny_moe_model_dir, tmp_path, text_rewards, replay):
-    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=replay), rewards)
+    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=replay), text_rewards)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     for r in rows:
         for key in ("moe/volatility", "moe/volatility/layer_0", "moe/volatility/layer_1",
@@ -294,7 +292,7 @@ def test_rl_on_tiny_moe_logs_volatility_load_balance_and_the_cache_size(
 
 def test_rollout_logprobs_measure_volatility_on_the_on_policy_minibatch(
         data, tiny_moe_model_dir, tmp_path, text_rewards):
-    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, old_logprobs="rollout"), rewards)
+    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, old_logprobs="rollout"), text_rewards)
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert row["old_logprob_passes"] == 0
     assert 0 <= row["moe/volatility"] <= 1 and "moe/routing_cache_bytes" not in row
@@ -316,7 +314,7 @@ def test_engine_routing_replay_options_are_checked_with_a_fix(data, tiny_moe_mod
 def test_rl_replaying_the_engines_routing_trains_and_logs_the_engine_trainer_mismatch(
         data, tiny_moe_model_dir, tmp_path, text_rewards, old_logprobs):
     trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True,
-                               routing_replay_source="engine", old_logprobs=old_logprobs), rewards)
+                               routing_replay_source="engine", old_logprobs=old_logprobs), text_rewards)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["old_logprob_passes"] for r in rows] == ([1, 2] if old_logprobs == "recompute" else [0, 0])
     for r in rows:
@@ -330,7 +328,7 @@ def test_a_bf16_engine_routes_some_tokens_unlike_the_fp32_trainer(
     from gspo.config import RolloutConfig
 
     trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, prompts_per_step=4,
-                               max_new_tokens=24, rollout=RolloutConfig(dtype="bfloat16")), rewards)
+                               max_new_tokens=24, rollout=RolloutConfig(dtype="bfloat16")), text_rewards)
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert 0 < row["moe/engine_routing_mismatch"] < 0.5
 
@@ -340,7 +338,7 @@ def test_a_stopped_replay_run_resumes_to_identical_weights_and_metrics(
     from safetensors.torch import load_file
 
     cfg = dict(steps=3, routing_replay=True, minibatches=2, prompts_per_step=1, max_new_tokens=8)
-    full = trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "full", **cfg), rewards)
+    full = trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "full", **cfg), text_rewards)
     original = trainer_mod.Trainer.rollout
 
     def crash_at_step_3(self, step):
@@ -350,10 +348,10 @@ def test_a_stopped_replay_run_resumes_to_identical_weights_and_metrics(
 
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", crash_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), rewards)
+        trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), text_rewards)
     assert list_checkpoints(tmp_path / "cut" / "checkpoints")[-1].name == "step_000002"
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", original)
-    resumed = trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), rewards)
+    resumed = trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), text_rewards)
     a, b = load_file(str(full / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731

@@ -49,5 +49,5 @@ def test_benchmark_names_are_parsed_in_order_without_repeats():
 
 
 def test_an_unknown_task_is_named():
-    with pytest.raises(ValueError, match="unknown benchmark 'chess'"):
+    with pytest.raises(ValueError, match="unknown task 'chess'"):
         rewards([{"task": "chess"}], ["x"])

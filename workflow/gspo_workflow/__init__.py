@@ -1,3 +1,3 @@
-"""The Snakemake workflow's Python: `plan` (the validated master config turned into stage configs,
-paths and rule helpers; imported by the Snakefile) and `steps` (the jobs:
-`python -m gspo_workflow.steps <stage> ...`)."""
+"""The Snakemake workflow's Python: `plan`, the validated master config turned into stage configs,
+paths and rule helpers (imported by the Snakefile). The jobs themselves are the stage commands,
+`python -m pipeline.<stage>`."""
