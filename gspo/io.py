@@ -59,19 +59,19 @@ def write_jsonl(records, path) -> None:
     atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
-def jsonl_rows(path) -> list[tuple[int, object]]:
-    """(line number, parsed value) of each non-blank line; malformed JSON raises DataError
-    naming the file and line."""
-    out = []
+def jsonl_rows(path):
+    """Yield (line number, parsed value) of each non-blank line, in order, so that a caller's own
+    checks of a line fail before a later line is read; malformed JSON raises DataError naming the
+    file and line."""
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                out.append((lineno, json.loads(line)))
+                value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
-    return out
+            yield lineno, value
 
 
 def read_jsonl(path, required: tuple[str, ...] = ()) -> list[dict]:
