@@ -83,6 +83,18 @@ class RolloutConfig:
                 "tensor_parallel_size": self.tensor_parallel_size}
 
 
+LOGPROB_CHUNK_HELP = (
+    "positions per chunk when computing log-probs and entropy from the final hidden states "
+    "(gspo.objectives.chunked_token_logprobs): only one chunk's full-vocabulary logits are alive "
+    "at a time, forward and backward. 0: the whole (B, T, V) logits at once (fine for the tiny "
+    "presets; at a 152K vocabulary use ~1024)")
+
+
+ACTIVATION_CHECKPOINTING_HELP = (
+    "recompute each decoder layer's activations in the backward pass instead of keeping them "
+    "(about a third more compute, activations of one layer at a time); dense models only")
+
+
 @dataclass
 class SFTConfig:
     """Cold-start supervised fine-tuning on worked solutions (loss on response tokens only)."""
@@ -102,6 +114,8 @@ class SFTConfig:
     weight_decay: float = option(0.0, "AdamW weight decay")
     grad_clip: float = option(1.0, "max global gradient norm")
     max_len: int = option(256, "longest prompt + response kept, in tokens (longer ones are cut)")
+    logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
+    activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
     eval_every: int = option(100, "steps between greedy held-out checks (0: only at the end)")
     log_every: int = option(10, "steps between metric records")
     seed: int = option(0, "seed of data order")
@@ -112,6 +126,7 @@ class SFTConfig:
         check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         for name in ("steps", "batch_size", "max_len"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must lie in [0, 1]")
 
@@ -132,6 +147,8 @@ class RLConfig:
                              "the run is on-policy and every ratio is exactly 1")
     epochs: int = option(1, "passes over each rollout batch")
     micro_batch_size: int = option(0, "sequences per forward/backward (0: the whole minibatch)")
+    logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
+    activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
     lr: float = option(5e-5, "learning rate (AdamW, constant after warm-up)")
     warmup_steps: int = option(0, "linear warm-up, in rollout steps")
     weight_decay: float = option(0.0, "AdamW weight decay")
@@ -204,6 +221,7 @@ class RLConfig:
         check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
+        check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
         check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
         check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",

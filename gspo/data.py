@@ -71,10 +71,23 @@ def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
     return {"input_ids": ids, "attention_mask": att, "target_mask": tmask}
 
 
-def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False):
-    """Per-target log-probs (B, L-1) under softmax(logits / temperature), optionally entropy."""
-    from gspo.objectives import token_logprobs
+def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False,
+                      chunk: int = 0):
+    """Per-target log-probs (B, L-1) under softmax(logits / temperature), optionally entropy.
 
+    chunk > 0: from the decoder's hidden states through the LM head, `chunk` positions at a
+    time (gspo.objectives.chunked_token_logprobs), never holding the whole (B, L-1, V) logits.
+    """
+    from gspo.objectives import chunked_token_logprobs, token_logprobs
+
+    if chunk:
+        hidden = model.get_decoder()(input_ids=batch["input_ids"],
+                                     attention_mask=batch["attention_mask"],
+                                     use_cache=False).last_hidden_state[:, :-1]   # (B, L-1, H)
+        head = model.get_output_embeddings()
+        logp, ent = chunked_token_logprobs(hidden, head.weight, batch["input_ids"][:, 1:],
+                                           temperature, chunk=chunk, bias=head.bias)
+        return (logp, ent) if with_entropy else logp
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 use_cache=False)
     logits = out.logits[:, :-1]                                             # (B, L-1, V)

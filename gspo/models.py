@@ -135,3 +135,17 @@ def count_params(model) -> dict[str, int]:
     if getattr(cfg, "tie_word_embeddings", False):
         matmul += emb  # the LM head reuses the embedding matrix as a matmul
     return {"total": total, "embedding": emb, "matmul": matmul}
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward pass (Hugging Face's gradient
+    checkpointing, non-reentrant). Refused for MoE models: the recomputed forward would fire the
+    Routing Replay and recording hooks (gspo.moe) a second time."""
+    from gspo import moe
+    from gspo.config import ConfigError
+
+    if moe.is_moe(model):
+        raise ConfigError("activation_checkpointing: not supported for Mixture-of-Experts models "
+                          "yet (the recomputed forward would replay and record routing twice); "
+                          "set it to false")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -21,7 +21,7 @@ from gspo.config import SFTConfig, to_dict
 from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
-from gspo.models import PRESETS, build_tiny, load_model
+from gspo.models import PRESETS, build_tiny, enable_activation_checkpointing, load_model
 from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 
 Scorer = Callable[[dict, str], float]     # (record, completion) -> score in [0, 1]
@@ -84,6 +84,8 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
     torch.manual_seed(cfg.seed)
     model, tok = initial_model(cfg.model, cfg.init_seed, out)
     model.to(cfg.device).train()
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
     enc = encoder(tok)
     eos = tok.eos_token_id
     flops = FlopCounter(model)
@@ -105,7 +107,7 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
         batch = pad_batch([enc(r["prompt"]) for r in recs],
                           [enc(r["solution"]) + [eos] for r in recs], tok.pad_token_id, cfg.max_len)
         batch = {k: v.to(cfg.device) for k, v in batch.items()}
-        logp = sequence_logprobs(model, batch)
+        logp = sequence_logprobs(model, batch, chunk=cfg.logprob_chunk)
         mask = batch["target_mask"]
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from gspo import checkpoint as ckpt
-from gspo import moe, objectives
+from gspo import moe, objectives, step_metrics
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, save_checkpoint,
                              write_run_info, STATE)
 from gspo.config import RLConfig, to_dict
@@ -30,7 +30,7 @@ from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
-from gspo.models import load_model
+from gspo.models import enable_activation_checkpointing, load_model
 from gspo.rollout import make_engine
 from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 
@@ -69,6 +69,8 @@ class Trainer:
         self.policy, self.tok = load_model(src)
         self.policy.to(cfg.device)
         moe.validate(cfg, self.policy)   # MoE-only options on a dense model: a ConfigError
+        if cfg.activation_checkpointing:
+            enable_activation_checkpointing(self.policy)
         self.is_moe = moe.is_moe(self.policy)
         self.old_routing = None          # MoE: the replayed / old top-k experts (moe.Routing)
         self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
@@ -151,7 +153,7 @@ class Trainer:
         for i in range(0, batch["input_ids"].shape[0], mbs):
             sub = {k: v[i:i + mbs] for k, v in batch.items()}
             outs.append(sequence_logprobs(self.policy, sub, self.cfg.temperature,
-                                          with_entropy=with_entropy))
+                                          with_entropy=with_entropy, chunk=self.cfg.logprob_chunk))
         if with_entropy:
             return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
         return torch.cat(outs)
@@ -185,7 +187,7 @@ class Trainer:
                     continue
                 self._consecutive_nonfinite = 0
                 self.opt.step()
-                rec = _combine(acc)
+                rec = step_metrics.combine_micro(acc)
                 rec["loss"] = loss_sum
                 rec["grad_norm"] = float(gnorm)
                 if on_policy:
@@ -193,7 +195,8 @@ class Trainer:
                     # whatever this minibatch clips comes from the engine/trainer mismatch alone.
                     first["clip_frac_onpolicy"] = rec.get("clip_frac_tokens", 0.0)
                 per_mb.append(rec)
-        return _update_summary(per_mb, first), skipped, _first_of(first)
+        return (step_metrics.update_summary(per_mb, first), skipped,
+                step_metrics.first_minibatch(first))
 
     def _nonfinite(self, step: int, loss_sum: float, gnorm) -> None:
         self.state["nonfinite_skips"] += 1
@@ -236,7 +239,8 @@ class Trainer:
                 record=(self.is_moe and first is not None and cfg.moe_metrics
                         and cfg.old_logprobs == "rollout"),
                 keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks:
-            logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature, with_entropy=True)
+            logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature, with_entropy=True,
+                                          chunk=cfg.logprob_chunk)
         if first is not None:
             first.setdefault("idx", []).append(idx)
             first.setdefault("logp", []).append(logp.detach())
@@ -246,7 +250,8 @@ class Trainer:
         ref_logp = None
         if self.ref is not None:
             with torch.no_grad():
-                ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature)
+                ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature,
+                                             chunk=cfg.logprob_chunk)
         loss, m = objectives.policy_loss(
             logp, old_logp[idx], adv[idx], sub["target_mask"], level=cfg.level,
             eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
@@ -293,7 +298,7 @@ class Trainer:
             self.engine_routing = moe.engine_routing(
                 prompts, comps, batch["input_ids"].shape[1],
                 moe.routers(self.policy)[0][2].num_experts)
-        engine_logp = _engine_logprobs(prompts, comps, mask)
+        engine_logp = step_metrics.engine_logprobs(prompts, comps, mask)
         if cfg.old_logprobs == "recompute":
             old_logp, entropy = self.old_logprobs(batch)
         else:
@@ -317,7 +322,7 @@ class Trainer:
             "response_length": resp_len.mean().item(),
             "lr": self.lr_at(step),
             "skipped_updates": skipped,
-            **_gap_metrics(engine_logp, old_logp, entropy, mask, first),
+            **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first),
             "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
             **upd, **moe_rec, **self.state,
         }
@@ -387,66 +392,6 @@ class Trainer:
                                {"step": step, "optimizer": self.opt.state_dict(),
                                 "counters": dict(self.state)},
                                meta={"stage": "rl", "compute_flops": self.state["compute_flops"]})
-
-
-def _combine(acc: dict) -> dict:
-    """One minibatch's metrics from its micro-batches' (value, weight) pairs."""
-    return {k: (min(x for x, _ in v) if k == "ratio_min" else
-                max(x for x, _ in v) if k == "ratio_max" else
-                sum(x * w for x, w in v)) for k, v in acc.items()}
-
-
-def _update_summary(per_mb: list[dict], first: dict) -> dict:
-    """The step's update metrics: the mean over its minibatches (min / max for the ratio
-    extremes), the on-policy minibatch's clip fraction and the off-policy ones' alone."""
-    if not per_mb:
-        return {}
-    out = {}
-    for k in per_mb[0]:
-        vals = [r[k] for r in per_mb]
-        out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
-            sum(vals) / len(vals)
-    if "clip_frac_onpolicy" in first:
-        out["clip_frac_tokens_onpolicy"] = first["clip_frac_onpolicy"]
-    if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
-        out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
-    return out
-
-
-def _first_of(first: dict) -> dict:
-    """The on-policy minibatch's pieces joined: idx, logp, entropy (and MoE routing)."""
-    routing = first.pop("routing", None)
-    first.pop("clip_frac_onpolicy", None)
-    out = {k: torch.cat(v) for k, v in first.items()}
-    if routing:
-        out["routing"] = moe.Routing.cat(routing)
-    return out
-
-
-def _engine_logprobs(prompts, comps, mask: torch.Tensor) -> torch.Tensor:
-    """The engine's sampled-token log-probs laid out like the trainer's (B, T) targets."""
-    engine_logp = torch.zeros_like(mask)
-    for i, (p, c) in enumerate(zip(prompts, comps)):
-        engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
-    return engine_logp
-
-
-def _gap_metrics(engine_logp, old_logp, entropy, mask, first) -> dict:
-    """Entropy and the engine/trainer log-prob gap per token and per sequence. Without a
-    recompute pass (entropy None) both come from the on-policy minibatch's forward pass."""
-    if entropy is None:
-        idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
-        ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
-    else:
-        idx, trainer_logp, m_gap = slice(None), old_logp, mask
-        ent_val = ((entropy * mask).sum() / mask.sum()).item()
-    gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
-    seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
-    return {"entropy": ent_val,
-            "logprob_gap_token_mean": (gap.abs().sum() / m_gap.sum()).item(),
-            "logprob_gap_token_max": gap.abs().max().item(),
-            "logprob_gap_seq_mean": seq_gap.mean().item(),
-            "logprob_gap_seq_max": seq_gap.max().item()}
 
 
 def _check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:

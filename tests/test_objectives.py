@@ -195,3 +195,51 @@ def test_unknown_level_or_aggregation_is_rejected_by_name():
     with pytest.raises(ValueError, match="agg"):
         policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), level="token", eps_low=.2,
                     eps_high=.2, agg="sum")
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 7, 64])
+def test_chunked_logprobs_and_entropy_equal_the_plain_computation_and_so_do_their_gradients(chunk):
+    from gspo.objectives import chunked_token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    B, T, H, V = 3, 7, 8, 50
+    hidden = torch.randn(B, T, H, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(V, H, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(V, generator=g, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    up = torch.randn(B, T, generator=g, dtype=torch.float64)       # upstream gradients
+    ue = torch.randn(B, T, generator=g, dtype=torch.float64)
+
+    def grads(fn):
+        lp, ent = fn()
+        ((lp * up).sum() + (ent * ue).sum()).backward()
+        out = (lp.detach(), ent.detach(), hidden.grad.clone(), weight.grad.clone(), bias.grad.clone())
+        hidden.grad = weight.grad = bias.grad = None
+        return out
+
+    plain = grads(lambda: token_logprobs(hidden @ weight.T + bias, tokens, 0.7))
+    chunked = grads(lambda: chunked_token_logprobs(hidden, weight, tokens, 0.7, chunk=chunk,
+                                                    bias=bias))
+    for a, b in zip(plain, chunked):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_sequence_logprobs_in_chunks_match_the_model_s_own_logits(tiny_model_dir):
+    from gspo.data import pad_batch, sequence_logprobs
+    from gspo.models import load_model
+
+    model, tok = load_model(tiny_model_dir)
+    batch = pad_batch([tok("12+3=").input_ids, tok("7*8=").input_ids],
+                      [tok("15").input_ids, tok("56 ok").input_ids], tok.pad_token_id)
+    outs = {}
+    for chunk in (0, 3):
+        model.zero_grad()
+        lp, ent = sequence_logprobs(model, batch, 0.9, with_entropy=True, chunk=chunk)
+        ((lp * batch["target_mask"]).sum() + ent.sum()).backward()
+        outs[chunk] = (lp.detach(), ent.detach(),
+                       {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    torch.testing.assert_close(outs[0][0], outs[3][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outs[0][1], outs[3][1], rtol=1e-5, atol=1e-6)
+    assert outs[0][2].keys() == outs[3][2].keys() and outs[0][2]
+    for name in outs[0][2]:
+        torch.testing.assert_close(outs[0][2][name], outs[3][2][name], rtol=1e-4, atol=1e-6)

@@ -201,3 +201,27 @@ def test_resuming_checkpoints_of_a_different_config_is_refused(data, sft_model, 
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=3), rewards)   # extending a run is fine
     with pytest.raises(trainer_mod.TrainingError, match="field 'lr' differs"):
         trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, lr=5e-4), rewards)
+
+
+def test_activation_checkpointing_changes_no_number_of_a_step(data, sft_model, tmp_path):
+    runs = {}
+    for ac in (False, True):
+        out = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / str(ac), steps=1,
+                                        activation_checkpointing=ac), rewards)
+        rows = [{k: v for k, v in r.items() if k not in TIMING} for r in
+                read_metrics(tmp_path / str(ac) / "metrics.jsonl")]
+        runs[ac] = (rows, weights(out))
+    assert len(runs[True][0]) == len(runs[False][0]) == 1
+    assert runs[True][0][0] == pytest.approx(runs[False][0][0], rel=1e-5, abs=1e-9)
+    for name, w in runs[False][1].items():
+        torch.testing.assert_close(runs[True][1][name], w, rtol=1e-5, atol=1e-7)
+
+
+def test_activation_checkpointing_is_refused_for_moe_models(data, tmp_path):
+    from gspo.config import ConfigError
+    from gspo.models import build_tiny
+
+    moe_dir = build_tiny("tiny-moe", tmp_path / "moe", seed=0)
+    with pytest.raises(ConfigError, match="activation_checkpointing: not supported for Mixture"):
+        trainer_mod.Trainer(rl_cfg(data, moe_dir, tmp_path / "rl", activation_checkpointing=True),
+                            rewards)

@@ -1,0 +1,69 @@
+"""The pieces of one RL step's metrics record that are pure functions of tensors: combining
+micro-batch and minibatch metrics, the on-policy minibatch's view, and the engine/trainer
+log-prob gap."""
+
+from __future__ import annotations
+
+import torch
+
+from gspo import moe
+
+
+def combine_micro(acc: dict) -> dict:
+    """One minibatch's metrics from its micro-batches' (value, weight) pairs."""
+    return {k: (min(x for x, _ in v) if k == "ratio_min" else
+                max(x for x, _ in v) if k == "ratio_max" else
+                sum(x * w for x, w in v)) for k, v in acc.items()}
+
+
+def update_summary(per_mb: list[dict], first: dict) -> dict:
+    """The step's update metrics: the mean over its minibatches (min / max for the ratio
+    extremes), the on-policy minibatch's clip fraction and the off-policy ones' alone."""
+    if not per_mb:
+        return {}
+    out = {}
+    for k in per_mb[0]:
+        vals = [r[k] for r in per_mb]
+        out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
+            sum(vals) / len(vals)
+    if "clip_frac_onpolicy" in first:
+        out["clip_frac_tokens_onpolicy"] = first["clip_frac_onpolicy"]
+    if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
+        out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
+    return out
+
+
+def first_minibatch(first: dict) -> dict:
+    """The on-policy minibatch's pieces joined: idx, logp, entropy (and MoE routing)."""
+    routing = first.pop("routing", None)
+    first.pop("clip_frac_onpolicy", None)
+    out = {k: torch.cat(v) for k, v in first.items()}
+    if routing:
+        out["routing"] = moe.Routing.cat(routing)
+    return out
+
+
+def engine_logprobs(prompts, comps, mask: torch.Tensor) -> torch.Tensor:
+    """The engine's sampled-token log-probs laid out like the trainer's (B, T) targets."""
+    engine_logp = torch.zeros_like(mask)
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
+    return engine_logp
+
+
+def gap_metrics(engine_logp, old_logp, entropy, mask, first) -> dict:
+    """Entropy and the engine/trainer log-prob gap per token and per sequence. Without a
+    recompute pass (entropy None) both come from the on-policy minibatch's forward pass."""
+    if entropy is None:
+        idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
+        ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
+    else:
+        idx, trainer_logp, m_gap = slice(None), old_logp, mask
+        ent_val = ((entropy * mask).sum() / mask.sum()).item()
+    gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
+    seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
+    return {"entropy": ent_val,
+            "logprob_gap_token_mean": (gap.abs().sum() / m_gap.sum()).item(),
+            "logprob_gap_token_max": gap.abs().max().item(),
+            "logprob_gap_seq_mean": seq_gap.mean().item(),
+            "logprob_gap_seq_max": seq_gap.max().item()}
