@@ -74,18 +74,24 @@ def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
         return _run_sft(cfg, scorer)
 
 
-def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
+def _setup(cfg: SFTConfig, out: pathlib.Path):
+    """Threads, the output folder and the initial model, in training mode on its device."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    out = pathlib.Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    mix = Mix(cfg.train_data, need_solution=True)
-    eval_recs = read_jsonl(cfg.eval_data)[:cfg.eval_problems] if cfg.eval_data else []
     torch.manual_seed(cfg.seed)
     model, tok = initial_model(cfg.model, cfg.init_seed, out)
     model.to(cfg.device).train()
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(model)
+    return model, tok
+
+
+def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
+    out = pathlib.Path(cfg.out_dir)
+    mix = Mix(cfg.train_data, need_solution=True)
+    eval_recs = read_jsonl(cfg.eval_data)[:cfg.eval_problems] if cfg.eval_data else []
+    model, tok = _setup(cfg, out)
     enc = encoder(tok)
     eos = tok.eos_token_id
     flops = FlopCounter(model)
