@@ -16,6 +16,29 @@ def combine_micro(acc: dict) -> dict:
                 sum(x * w for x, w in v)) for k, v in acc.items()}
 
 
+def reduce_over_ranks(rec: dict, world) -> dict:
+    """A minibatch's combined metrics (weighted sums, ratio_min / ratio_max) over the ranks:
+    sums added, extremes taken; a rank without rows contributes nothing."""
+    import torch.distributed
+
+    from gspo import distributed as dist
+
+    if not world.distributed:
+        return rec
+    names: list = [None] * world.size
+    torch.distributed.all_gather_object(names, sorted(rec))
+    keys = sorted(set().union(*names))
+    ops = {"ratio_min": ("min", float("inf")), "ratio_max": ("max", float("-inf"))}
+    out = {}
+    for op in ("sum", "min", "max"):
+        ks = [k for k in keys if ops.get(k, ("sum", 0.0))[0] == op]
+        if ks:
+            vals = torch.tensor([rec.get(k, ops.get(k, ("sum", 0.0))[1]) for k in ks],
+                                dtype=torch.float64)
+            out.update(zip(ks, dist.all_reduce(vals, world, op).tolist()))
+    return out
+
+
 def update_summary(per_mb: list[dict], first: dict) -> dict:
     """The step's update metrics: the mean over its minibatches (min / max for the ratio
     extremes), the on-policy minibatch's clip fraction and the off-policy ones' alone."""

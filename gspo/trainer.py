@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from gspo import checkpoint as ckpt
+from gspo import distributed as dist
 from gspo import moe, objectives, step_metrics
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, save_checkpoint,
                              write_run_info, STATE)
@@ -50,9 +51,10 @@ def _finite(*xs) -> bool:
 
 
 class Trainer:
-    def __init__(self, cfg: RLConfig, reward_fn: RewardFn):
+    def __init__(self, cfg: RLConfig, reward_fn: RewardFn, world: dist.World = dist.World()):
         self.cfg = cfg
         self.reward_fn = reward_fn
+        self.world = world
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.out = pathlib.Path(cfg.out_dir)
@@ -79,6 +81,12 @@ class Trainer:
         # routing_replay_source: engine, else compared with the trainer's (engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
             self._replays_engine or cfg.moe_metrics)
+        # the engine gets its own full copy before the policy is sharded over the ranks
+        self.engine = self._make_engine(src)
+        if world.distributed and self.is_moe:
+            raise TrainingError("MoE models train in a world of one for now (Routing Replay "
+                                "is not sharded); run without torchrun")
+        self.policy = dist.shard(self.policy, world)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
         if resume_from is not None:
@@ -90,7 +98,6 @@ class Trainer:
         if cfg.kl_coef:
             self.ref, _ = load_model(cfg.model)
             self.ref.to(cfg.device).eval().requires_grad_(False)
-        self.engine = self._make_engine(src)
         self.enc = encoder(self.tok)
         self.flops = FlopCounter(self.policy)
         self.log = MetricsLog(self.out / "metrics.jsonl",
@@ -158,28 +165,42 @@ class Trainer:
             return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
         return torch.cat(outs)
 
-    def update(self, batch, old_logp, adv, step: int) -> tuple[dict, int, dict]:
+    def update(self, batch, old_logp, adv, step: int, rows=None) -> tuple[dict, int, dict]:
         """epochs x minibatches optimizer steps.
+
+        In a world of several ranks, `batch` is this rank's share of the step's rollouts and
+        `rows` the index of each of its rows in the global batch (None: all of it, in order);
+        losses are divided by the global minibatch's sequence or token count and gradients
+        summed over ranks, so an update equals the single-process one.
 
         Returns averaged metrics, the number of skipped updates, and what the first (on-policy)
         minibatch saw: its indices, the trainer's log-probs and entropy, so the engine/trainer
         log-prob gap is measurable even when old log-probs are not recomputed.
         """
         cfg = self.cfg
-        N = batch["input_ids"].shape[0]
+        n_local = batch["input_ids"].shape[0]
+        rows = torch.arange(n_local) if rows is None else rows
+        N = int(dist.all_reduce(torch.tensor(n_local), self.world))      # the global batch
+        local_of = {int(g): i for i, g in enumerate(rows)}
         first: dict = {}
         gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
         per_mb: list[dict] = []
         skipped = 0
         self.policy.train()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
+        # the optimizer's parameters: under FSDP2 the module may hold unsharded stand-ins for
+        # some of them between a forward and the next reshard, which never receive gradients
+        params = [p for g in self.opt.param_groups for p in g["params"] if p.requires_grad]
         for _ in range(cfg.epochs):
+            # one permutation of the global batch, whatever the world size: minibatch j holds
+            # the same sequences on one rank or many, each rank updating with its own rows
             perm = torch.randperm(N, generator=gen)
             for mb in perm.chunk(cfg.minibatches):
                 on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
-                loss_sum, acc = self._accumulate(batch, mb, old_logp, adv,
+                local = torch.tensor([local_of[int(g)] for g in mb if int(g) in local_of],
+                                     dtype=torch.long)
+                loss_sum, acc = self._accumulate(batch, local, len(mb), old_logp, adv,
                                                  first if on_policy else None)
-                gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                gnorm = dist.clip_grad_norm(params, cfg.grad_clip, self.world)
                 if not _finite(loss_sum, gnorm):
                     self.opt.zero_grad(set_to_none=True)
                     skipped += 1
@@ -187,7 +208,7 @@ class Trainer:
                     continue
                 self._consecutive_nonfinite = 0
                 self.opt.step()
-                rec = step_metrics.combine_micro(acc)
+                rec = acc
                 rec["loss"] = loss_sum
                 rec["grad_norm"] = float(gnorm)
                 if on_policy:
@@ -207,26 +228,35 @@ class Trainer:
                 f"a row (loss={loss_sum}, grad_norm={float(gnorm)}); stopping. Lower "
                 "lr, check the rewards and data, or raise max_consecutive_nonfinite")
 
-    def _accumulate(self, batch, mb, old_logp, adv, first: dict | None):
-        """Gradients of one minibatch, micro-batch by micro-batch; (loss, [(metric, weight)])."""
+    def _accumulate(self, batch, local, mb_size: int, old_logp, adv, first: dict | None):
+        """Gradients of one minibatch (this rank's rows `local` of its `mb_size` sequences),
+        micro-batch by micro-batch; (the minibatch's loss, {metric: (weighted sum or extreme)})
+        reduced over the ranks."""
         cfg = self.cfg
         self.opt.zero_grad(set_to_none=True)
-        mbs = cfg.micro_batch_size or len(mb)
-        tot_tokens = batch["target_mask"][mb].sum().clamp(min=1)
+        mbs = cfg.micro_batch_size or max(len(local), 1)
+        tot_tokens = dist.all_reduce(batch["target_mask"][local].sum(), self.world).clamp(min=1)
+        # every rank runs as many forward/backward passes as the busiest one: FSDP's
+        # collectives need them all (a rank short of rows runs one at weight 0)
+        n_micro = int(dist.all_reduce(torch.tensor(-(-len(local) // mbs)), self.world, "max"))
         loss_sum = 0.0
         acc: dict[str, list] = {}
-        for j in range(0, len(mb), mbs):
-            idx = mb[j:j + mbs]
+        for j in range(n_micro):
+            idx = local[j * mbs:(j + 1) * mbs]
+            real = len(idx) > 0
+            idx = idx if real else torch.zeros(1, dtype=torch.long)
             sub = {k: v[idx] for k, v in batch.items()}
-            loss, m = self._micro_loss(sub, idx, old_logp, adv, first)
-            # Weight micro-batches so their sum equals the minibatch's own aggregate.
+            loss, m = self._micro_loss(sub, idx, old_logp, adv, first if real else None)
+            # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
             w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
-                 else torch.tensor(len(idx) / len(mb)))
-            (loss * w).backward()
+                 else torch.tensor(len(idx) / mb_size)) if real else torch.tensor(0.0)
+            # (world of one: a factor 1.0, the single-process update itself)
+            (loss * w * dist.grad_scale(self.world)).backward()
             loss_sum += loss.item() * float(w)
-            for k, v in m.items():
+            for k, v in (m.items() if real else ()):
                 acc.setdefault(k, []).append((v, float(w)))
-        return loss_sum, acc
+        loss_sum = float(dist.all_reduce(torch.tensor(loss_sum, dtype=torch.float64), self.world))
+        return loss_sum, step_metrics.reduce_over_ranks(step_metrics.combine_micro(acc), self.world)
 
     def _micro_loss(self, sub, idx, old_logp, adv, first: dict | None):
         """The policy loss of one micro-batch; `first` collects the on-policy minibatch's view."""
@@ -265,6 +295,10 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
     def train(self) -> pathlib.Path:
         cfg = self.cfg
+        if self.world.distributed:
+            raise TrainingError("RL over several ranks: the update is sharded (Trainer.update), "
+                                "but rollouts, checkpoints and metrics are not distributed yet; "
+                                "run without torchrun")
         self._consecutive_nonfinite = 0
         bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]",
                    initial=self.start_step, total=cfg.steps, dynamic_ncols=True)
@@ -307,7 +341,7 @@ class Trainer:
                 self.old_routing = self.engine_routing
         t2 = time.perf_counter()
         upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
-        self.engine.update_weights(self.policy.state_dict())
+        self.engine.update_weights(dist.full_state_dict(self.policy, self.world))
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
         t4 = time.perf_counter()

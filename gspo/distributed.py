@@ -1,0 +1,121 @@
+"""The processes of one training job, on PyTorch's own distributed stack.
+
+`torchrun --nproc-per-node N -m pipeline.train ...` starts N processes and sets RANK, WORLD_SIZE
+and LOCAL_RANK (its documented interface); `init` joins them into a process group (nccl on
+CUDA, gloo on CPU, which is how the tests run 2 ranks on a CPU). A plain `python -m ...` is a
+world of one: no process group, every collective below a no-op, nothing sharded.
+
+`shard` applies FSDP2 (`fully_shard`) to every decoder layer, then the root. FSDP averages
+gradients over the ranks; the trainer divides each rank's loss by the global normaliser
+(sequences or tokens of the whole minibatch, all-reduced) and multiplies it by the world size
+(`grad_scale`), so the averaged gradient is the single-process gradient whatever the world size
+(a verl loss once came out world-size-squared too small by normalising twice;
+tests/test_distributed.py checks parity). Gloo has no pre-multiplied sum, so FSDP's divide
+factor is left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+
+def init(device: str = "cpu") -> World:
+    """The world torchrun started this process in (a world of one outside torchrun)."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return World()
+    world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                  int(os.environ.get("LOCAL_RANK", "0")))
+    if world.size > 1 and not dist.is_initialized():
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(world.local_rank)
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
+    return world
+
+
+def close(world: World) -> None:
+    if world.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce(t: torch.Tensor, world: World, op: str = "sum") -> torch.Tensor:
+    """`t` reduced over the ranks (sum, max or min), in place; returned for chaining."""
+    if world.distributed:
+        dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                               "min": dist.ReduceOp.MIN}[op])
+    return t
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The decoder layers of a Hugging Face causal LM (Qwen3, Qwen3-MoE and alike)."""
+    return list(model.get_decoder().layers)
+
+
+def shard(model, world: World, precision: str = "fp32"):
+    """FSDP2 over the world: each decoder layer, then the root (gradients averaged over ranks;
+    see grad_scale). precision "bf16": bf16 parameters and compute, fp32 gradient reduction (the sharded fp32
+    parameters stay the master weights the optimizer updates)."""
+    if not world.distributed:
+        return model
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+          if precision == "bf16" else MixedPrecisionPolicy())
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    return model
+
+
+def grad_scale(world: World) -> float:
+    """What a rank's loss is multiplied by so that FSDP's mean over ranks is the sum."""
+    return float(world.size)
+
+
+def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
+    """Clip the gradients to a global L2 norm of `max_norm`; returns the norm before clipping.
+    A world of one uses torch's clip_grad_norm_ itself. Sharded: the squared norms of every
+    rank's shards are summed over the ranks (torch's own function, given FSDP2's DTensor
+    gradients, was seen to return a smaller norm inside a training step)."""
+    if not world.distributed:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    sq = sum((g.to_local() if isinstance(g, DTensor) else g).double().pow(2).sum() for g in grads)
+    total = float(all_reduce(torch.as_tensor(sq, dtype=torch.float64), world).sqrt())
+    coef = max_norm / (total + 1e-6)
+    if coef < 1.0:
+        for g in grads:
+            g.mul_(coef)
+    return total
+
+
+def full_state_dict(model, world: World) -> dict[str, torch.Tensor]:
+    """The whole model's parameters and buffers as plain tensors, on every rank (to sync a
+    rollout engine or publish the model)."""
+    if not world.distributed:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))

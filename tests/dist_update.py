@@ -1,0 +1,59 @@
+"""One RL update on a fixed batch, run by tests/test_distributed.py under torchrun.
+
+    torchrun --standalone --nproc-per-node N tests/dist_update.py MODEL_DIR DATA OUT_DIR
+
+For every algorithm x loss aggregation: a Trainer over the world torchrun started (FSDP2 on
+gloo when N > 1), the same global batch of 8 sequences in 2 groups, each rank given whole groups
+(its contiguous share), one `Trainer.update` (2 minibatches, micro-batches of 1 sequence), then
+rank 0 saves the full parameters and the update's metrics to OUT_DIR/<algorithm>-<agg>.pt.
+"""
+
+import sys
+
+import torch
+
+from gspo import distributed as dist
+from gspo.config import DataSource, RLConfig
+from gspo.data import pad_batch
+from gspo.objectives import AGGS
+from gspo.trainer import Trainer
+
+
+def fixed_batch(vocab: int, n: int = 8):
+    g = torch.Generator().manual_seed(1234)
+    prompts = [torch.randint(4, vocab, (int(torch.randint(3, 7, (1,), generator=g)),),
+                             generator=g).tolist() for _ in range(n)]
+    responses = [torch.randint(4, vocab, (int(torch.randint(2, 9, (1,), generator=g)),),
+                               generator=g).tolist() for _ in range(n)]
+    batch = pad_batch(prompts, responses, 0)
+    adv = torch.randn(n, generator=g)
+    noise = 0.05 * torch.randn(batch["target_mask"].shape, generator=g)
+    return batch, adv, noise
+
+
+def main(model_dir, data, out):
+    world = dist.init("cpu")
+    torch.manual_seed(0)
+    for algorithm in ("grpo", "gspo", "gspo_token"):
+        for agg in AGGS:
+            cfg = RLConfig(algorithm=algorithm, agg=agg, model=model_dir,
+                           out_dir=f"{out}/run-{algorithm}-{agg}-rank{world.rank}",
+                           train_data=[DataSource(data)], prompts_per_step=2, group_size=4,
+                           minibatches=2, micro_batch_size=1, lr=1e-2, threads=1)
+            tr = Trainer(cfg, lambda recs, texts: [0.0] * len(texts), world)
+            batch, adv, noise = fixed_batch(len(tr.tok))
+            share = 8 // world.size
+            rows = torch.arange(world.rank * share, (world.rank + 1) * share)
+            local = {k: v[rows] for k, v in batch.items()}
+            # old log-probs a little off the policy's own, so ratios differ from 1 and clip
+            old = tr.old_logprobs(local)[0] + noise[rows] * local["target_mask"]
+            upd, skipped, _ = tr.update(local, old, adv[rows], step=0, rows=rows)
+            params = {k: v.detach().clone() for k, v in dist.full_state_dict(tr.policy, world).items()}
+            if world.main:
+                torch.save({"params": params, "metrics": upd, "skipped": skipped},
+                           f"{out}/{algorithm}-{agg}.pt")
+    dist.close(world)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,65 @@
+"""Training sharded over ranks equals training in one process: real torch.distributed processes
+(torchrun, FSDP2 on the gloo backend, 2 ranks on a CPU)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from evaluators import aime
+from gspo.io import write_jsonl
+from gspo.objectives import AGGS
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def torchrun(nproc: int, *args, timeout: int = 600):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        f"--nproc-per-node={nproc}", *map(str, args)], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def one_update_each(tiny_model_dir, tmp_path_factory):
+    """{world size: {(algorithm, agg): saved update}} of tests/dist_update.py at 1 and 2 ranks."""
+    root = tmp_path_factory.mktemp("dist")
+    data = root / "prompts.jsonl"
+    write_jsonl(aime.generate(4, split="train", seed=0, difficulty="easy"), data)
+    out = {}
+    for n in (1, 2):
+        (root / str(n)).mkdir()
+        torchrun(n, HERE / "dist_update.py", tiny_model_dir, data, root / str(n))
+        out[n] = {tuple(p.stem.split("-", 1)): torch.load(p) for p in (root / str(n)).glob("*.pt")}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["grpo", "gspo", "gspo_token"])
+@pytest.mark.parametrize("agg", AGGS)
+def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_each, tiny_model_dir,
+                                                                  algorithm, agg):
+    from safetensors.torch import load_file
+
+    one, two = one_update_each[1][(algorithm, agg)], one_update_each[2][(algorithm, agg)]
+    assert one["skipped"] == two["skipped"] == 0
+    # relative 1e-5 per tensor, in norm: Adam's first step divides each gradient element by its
+    # own size, so elements near zero after cancelling sums differ by rounding, elementwise
+    for name, p1 in one["params"].items():
+        assert (two["params"][name] - p1).norm() <= 1e-5 * p1.norm(), name
+    # the update moved the weights far more than that (the comparison is not vacuous) ...
+    before = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert max(float((one["params"][k] - before[k]).norm() / before[k].norm()) for k in before) > 1e-2
+    # ... and the metrics agree: means over the global minibatches, extremes over all ranks, and
+    # the gradient norm, which catches a loss normalised by the wrong count (Adam's first step
+    # would hide a constant factor in the gradient)
+    assert set(one["metrics"]) == set(two["metrics"])
+    for k, v in one["metrics"].items():
+        assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-7), k
