@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from gspo.errors import TrainingError
 from gspo.io import atomic_dir, write_json
 
 STATE = "trainer_state.pt"
@@ -25,12 +26,12 @@ RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.
 
 
 def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,
-                    meta: dict | None = None) -> pathlib.Path:
+                    meta: dict | None = None, weights: dict | None = None) -> pathlib.Path:
     """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state + META) via a temp dir +
-    rename."""
+    rename. `weights`: the full state dict to write when `model` itself is sharded."""
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
     with atomic_dir(final) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
         tokenizer.save_pretrained(tmp)
         torch.save(state, tmp / STATE)
         write_json(tmp / META, {"step": step, **(meta or {})})
@@ -132,3 +133,53 @@ def reset_run(out_dir) -> None:
 
 def write_lineage(out_dir, lineage: dict) -> None:
     write_json(pathlib.Path(out_dir) / LINEAGE, lineage)
+
+
+def check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
+    """Refuse to resume checkpoints that another config produced (only `steps` may grow)."""
+    if not info_path.exists():
+        return
+    old = json.loads(info_path.read_text()).get("config", {})
+    free = {"steps", "resume", "threads", "out_dir"}
+    # A field the older run did not have yet counts as unchanged (it ran with the default).
+    diff = sorted(k for k in set(old) & set(cfg_dict) if k not in free and old[k] != cfg_dict[k])
+    if diff:
+        raise TrainingError(
+            f"{info_path.parent}: its checkpoints come from a different config (field "
+            f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false")
+
+
+def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, state: dict,
+                       meta: dict) -> pathlib.Path:
+    """An RL checkpoint: HF model files (full tensors) and the trainer's state. Sharded, every
+    rank gathers the full weights and optimizer state and rank 0 writes them (the optimizer by
+    parameter name); in a world of one the optimizer's own state dict."""
+    from gspo import distributed as dist
+
+    if not world.distributed:
+        return save_checkpoint(ckpt_root, step, policy, tokenizer,
+                               {**state, "optimizer": opt.state_dict()}, meta=meta)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    weights = dist.full_state_dict(policy, world)
+    optim = get_optimizer_state_dict(policy, opt, options=StateDictOptions(full_state_dict=True))
+    if world.main:
+        save_checkpoint(ckpt_root, step, policy, tokenizer, {**state, "optimizer_full": optim},
+                        meta=meta, weights=weights)
+    dist.barrier(world)
+    return pathlib.Path(ckpt_root) / f"step_{step:06d}"
+
+
+def load_optimizer(policy, opt, st: dict, world, where) -> None:
+    """The optimizer state of a checkpoint's trainer state `st` (see save_rl_checkpoint); a run
+    resumes with the number of processes it was saved by."""
+    key = "optimizer_full" if world.distributed else "optimizer"
+    if key not in st:
+        raise TrainingError(f"{where}: saved by a world of {st.get('world_size', 1)} "
+                            "process(es); resume it with that many")
+    if not world.distributed:
+        opt.load_state_dict(st[key])
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(policy, opt, st[key], options=StateDictOptions(full_state_dict=True))

@@ -66,6 +66,21 @@ def all_reduce(t: torch.Tensor, world: World, op: str = "sum") -> torch.Tensor:
     return t
 
 
+def all_gather_cat(t: torch.Tensor, world: World) -> torch.Tensor:
+    """The ranks' equally long 1-D tensors `t`, concatenated in rank order (`t` itself in a
+    world of one)."""
+    if not world.distributed:
+        return t
+    parts = [torch.empty_like(t) for _ in range(world.size)]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def barrier(world: World) -> None:
+    if world.distributed:
+        dist.barrier()
+
+
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The decoder layers of a Hugging Face causal LM (Qwen3, Qwen3-MoE and alike)."""
     return list(model.get_decoder().layers)

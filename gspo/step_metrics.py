@@ -74,19 +74,29 @@ def engine_logprobs(prompts, comps, mask: torch.Tensor) -> torch.Tensor:
     return engine_logp
 
 
-def gap_metrics(engine_logp, old_logp, entropy, mask, first) -> dict:
-    """Entropy and the engine/trainer log-prob gap per token and per sequence. Without a
-    recompute pass (entropy None) both come from the on-policy minibatch's forward pass."""
+def gap_metrics(engine_logp, old_logp, entropy, mask, first, world) -> dict:
+    """Entropy and the engine/trainer log-prob gap per token and per sequence, over the whole
+    step (sums and extremes reduced over the ranks). Without a recompute pass (entropy None)
+    both come from the on-policy minibatch's forward pass (its rows on this rank, maybe none)."""
+    from gspo import distributed as dist
+
     if entropy is None:
-        idx, trainer_logp, m_gap = first["idx"], first["logp"], mask[first["idx"]]
-        ent_val = ((first["entropy"] * m_gap).sum() / m_gap.sum()).item()
+        idx = first.get("idx", torch.zeros(0, dtype=torch.long))
+        trainer_logp = first.get("logp", mask[idx])
+        ent, m_gap = first.get("entropy", mask[idx]), mask[idx]
     else:
-        idx, trainer_logp, m_gap = slice(None), old_logp, mask
-        ent_val = ((entropy * mask).sum() / mask.sum()).item()
+        idx, trainer_logp, ent, m_gap = slice(None), old_logp, entropy, mask
     gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
     seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
-    return {"entropy": ent_val,
-            "logprob_gap_token_mean": (gap.abs().sum() / m_gap.sum()).item(),
-            "logprob_gap_token_max": gap.abs().max().item(),
-            "logprob_gap_seq_mean": seq_gap.mean().item(),
-            "logprob_gap_seq_max": seq_gap.max().item()}
+    sums = dist.all_reduce(torch.stack([
+        (ent * m_gap).sum(), m_gap.sum(), gap.abs().sum(), seq_gap.sum(),
+        torch.tensor(float(len(seq_gap)))]).double(), world)
+    zero = torch.zeros(())       # gaps are >= 0: a rank without rows adds nothing to a max
+    maxes = dist.all_reduce(torch.stack([gap.abs().max() if gap.numel() else zero,
+                                         seq_gap.max() if seq_gap.numel() else zero]), world, "max")
+    ent_sum, tokens, gap_sum, seq_sum, seqs = sums.tolist()
+    return {"entropy": ent_sum / tokens,
+            "logprob_gap_token_mean": gap_sum / tokens,
+            "logprob_gap_token_max": float(maxes[0]),
+            "logprob_gap_seq_mean": seq_sum / seqs,
+            "logprob_gap_seq_max": float(maxes[1])}

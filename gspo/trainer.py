@@ -13,6 +13,7 @@ CPU.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import pathlib
 import time
@@ -24,8 +25,8 @@ from tqdm import tqdm
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
 from gspo import moe, objectives, step_metrics
-from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, save_checkpoint,
-                             write_run_info, STATE)
+from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
+                             STATE)
 from gspo.config import RLConfig, to_dict
 from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
 from gspo.errors import TrainingError
@@ -40,6 +41,12 @@ from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 RewardFn = Callable[[list[dict], list[str]], list[float]]
 
 
+
+
+def _prompt_seed(seed: int, step: int, prompt: int) -> int:
+    """The sampling seed of the step's `prompt`-th prompt (31 bits: vLLM multiplies it by n)."""
+    h = hashlib.sha256(f"rollout:{seed}:{step}:{prompt}".encode()).digest()
+    return int.from_bytes(h[:4], "big") >> 1
 
 
 def _step_seed(seed: int, step: int, salt: int) -> int:
@@ -57,6 +64,10 @@ class Trainer:
         self.world = world
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        if cfg.prompts_per_step % world.size:
+            raise TrainingError(f"prompts_per_step={cfg.prompts_per_step} does not divide by the "
+                                f"{world.size} ranks (each owns whole prompt groups); pick a "
+                                "multiple of the number of processes")
         self.out = pathlib.Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.out / "checkpoints"
@@ -66,7 +77,7 @@ class Trainer:
                       "nonfinite_skips": 0, "old_logprob_passes": 0, "wall_s": 0.0}
         resume_from = latest_checkpoint(self.ckpt_root) if cfg.resume else None
         if resume_from is not None:
-            _check_same_run(self.out / "run_info.json", to_dict(cfg))
+            ckpt.check_same_run(self.out / "run_info.json", to_dict(cfg))
         src = resume_from if resume_from is not None else cfg.model
         self.policy, self.tok = load_model(src)
         self.policy.to(cfg.device)
@@ -91,7 +102,7 @@ class Trainer:
                                      weight_decay=cfg.weight_decay)
         if resume_from is not None:
             st = torch.load(resume_from / STATE, weights_only=False)
-            self.opt.load_state_dict(st["optimizer"])
+            ckpt.load_optimizer(self.policy, self.opt, st, self.world, resume_from)
             self.start_step = st["step"]
             self.state = st["counters"]
         self.ref = None
@@ -100,10 +111,13 @@ class Trainer:
             self.ref.to(cfg.device).eval().requires_grad_(False)
         self.enc = encoder(self.tok)
         self.flops = FlopCounter(self.policy)
-        self.log = MetricsLog(self.out / "metrics.jsonl",
-                              resume_step=self.start_step if resume_from is not None else None)
-        write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
-                                          algorithm=cfg.algorithm, resumed_from=str(resume_from)))
+        self.log = None     # only rank 0 writes the run's records
+        if world.main:
+            self.log = MetricsLog(self.out / "metrics.jsonl",
+                                  resume_step=self.start_step if resume_from is not None else None)
+            write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
+                                              algorithm=cfg.algorithm, world_size=world.size,
+                                              resumed_from=str(resume_from)))
 
     def _make_engine(self, src):
         r = self.cfg.rollout
@@ -120,11 +134,16 @@ class Trainer:
     # -- one rollout batch --------------------------------------------------------------------
     def rollout(self, step: int):
         cfg = self.cfg
-        recs = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
+        # the step's prompts are the same for any world size; each rank samples its share of
+        # whole groups, every prompt with its own seed, so samples do not depend on the world
+        share = cfg.prompts_per_step // self.world.size
+        mine = range(self.world.rank * share, (self.world.rank + 1) * share)
+        everyone = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
+        recs = [everyone[i] for i in mine]
         prompts = [self.enc(r["prompt"]) for r in recs]
         groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      seed=_step_seed(cfg.seed, step, 1),
+                                      seed=[_prompt_seed(cfg.seed, step, i) for i in mine],
                                       stop_token_ids=[self.tok.eos_token_id],
                                       return_routing=self.want_engine_routing)
         flat_r, flat_p, flat_c, texts = [], [], [], []
@@ -295,25 +314,24 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
     def train(self) -> pathlib.Path:
         cfg = self.cfg
-        if self.world.distributed:
-            raise TrainingError("RL over several ranks: the update is sharded (Trainer.update), "
-                                "but rollouts, checkpoints and metrics are not distributed yet; "
-                                "run without torchrun")
         self._consecutive_nonfinite = 0
         bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]",
-                   initial=self.start_step, total=cfg.steps, dynamic_ncols=True)
+                   initial=self.start_step, total=cfg.steps, dynamic_ncols=True,
+                   disable=not self.world.main)
         for step in bar:
             rec = self.step(step)
-            self.log.log(step + 1, rec)
+            if self.log is not None:
+                self.log.log(step + 1, rec)
             bar.set_postfix(reward=f"{rec['reward_mean']:.3f}",
                             clip=f"{rec.get('clip_frac_tokens', 0):.3f}")
             if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
                 self.checkpoint(step + 1)
         self.engine.close()   # vLLM holds processes and memory
-        final = latest_checkpoint(self.ckpt_root)
-        publish_model(final, self.out / "model")
-        write_json(self.out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
-                                               **self.state})
+        if self.world.main:
+            publish_model(latest_checkpoint(self.ckpt_root), self.out / "model")
+            write_json(self.out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
+                                                   "world_size": self.world.size, **self.state})
+        dist.barrier(self.world)
         return self.out / "model"
 
     def step(self, step: int) -> dict:
@@ -340,7 +358,9 @@ class Trainer:
             if self._replays_engine:
                 self.old_routing = self.engine_routing
         t2 = time.perf_counter()
-        upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step)
+        n_local = batch["input_ids"].shape[0]
+        rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
+        upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step, rows=rows)
         self.engine.update_weights(dist.full_state_dict(self.policy, self.world))
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
@@ -348,7 +368,9 @@ class Trainer:
         if self.is_moe:
             moe_rec["time_moe_s"] = t4 - t3
         self._count(batch, t4 - t0)
-        resp_len = mask.sum(1)
+        # the whole step's rollouts, in global order (a world of one: these very tensors)
+        rewards = dist.all_gather_cat(rewards, self.world)
+        resp_len = dist.all_gather_cat(mask.sum(1), self.world)
         return {
             "reward_mean": rewards.mean().item(),
             "reward_std": rewards.std().item() if len(rewards) > 1 else 0.0,
@@ -356,7 +378,7 @@ class Trainer:
             "response_length": resp_len.mean().item(),
             "lr": self.lr_at(step),
             "skipped_updates": skipped,
-            **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first),
+            **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first, self.world),
             "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
             **upd, **moe_rec, **self.state,
         }
@@ -375,13 +397,14 @@ class Trainer:
     def _count(self, batch, seconds: float) -> None:
         """Add the step's compute, tokens and time to the run's counters."""
         cfg = self.cfg
-        f = self.flops.forward(batch["attention_mask"].sum(1).tolist())
+        lengths = dist.all_gather_cat(batch["attention_mask"].sum(1), self.world)
+        f = self.flops.forward(lengths.tolist())       # the whole step's, summed over ranks
         extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
         # generation + (the old-log-prob pass, unless the engine's log-probs stand in) +
         # forward and backward (3x) per epoch
         old_pass = int(cfg.old_logprobs == "recompute")
         self.state["compute_flops"] += f * (1 + old_pass + 3 * cfg.epochs + extra)
-        resp = int(batch["target_mask"].sum(1).sum())
+        resp = int(dist.all_reduce(batch["target_mask"].sum(), self.world))
         self.state["tokens_generated"] += resp
         self.state["tokens_trained"] += resp * cfg.epochs
         self.state["wall_s"] += seconds
@@ -422,27 +445,10 @@ class Trainer:
         return {"moe/engine_routing_mismatch": v["moe/volatility"]} if v else {}
 
     def checkpoint(self, step: int) -> pathlib.Path:
-        return save_checkpoint(self.ckpt_root, step, self.policy, self.tok,
-                               {"step": step, "optimizer": self.opt.state_dict(),
-                                "counters": dict(self.state)},
-                               meta={"stage": "rl", "compute_flops": self.state["compute_flops"]})
-
-
-def _check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
-    """Refuse to resume checkpoints that another config produced (only `steps` may grow)."""
-    import json
-
-    if not info_path.exists():
-        return
-    old = json.loads(info_path.read_text()).get("config", {})
-    free = {"steps", "resume", "threads", "out_dir"}
-    # A field the older run did not have yet counts as unchanged (it ran with the default).
-    diff = sorted(k for k in set(old) & set(cfg_dict) if k not in free and old[k] != cfg_dict[k])
-    if diff:
-        raise TrainingError(
-            f"{info_path.parent}: its checkpoints come from a different config (field "
-            f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false")
-
+        return ckpt.save_rl_checkpoint(
+            self.ckpt_root, step, self.policy, self.tok, self.opt, self.world,
+            {"step": step, "counters": dict(self.state), "world_size": self.world.size},
+            meta={"stage": "rl", "compute_flops": self.state["compute_flops"]})
 
 def lineage(cfg: RLConfig) -> dict:
     """What a run is made from: its config (less the fields that may change on resume) and its
@@ -452,15 +458,16 @@ def lineage(cfg: RLConfig) -> dict:
 
 
 def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = None,
-           restart_if_changed: bool = False) -> pathlib.Path:
+           restart_if_changed: bool = False, world: dist.World = dist.World()) -> pathlib.Path:
     """Train (or resume) the run of `cfg`, rewarding completions with `reward_fn`.
 
     restart_if_changed: when `cfg.out_dir` holds a run of another lineage (config or starting
     model), supersede its MLflow run and start over instead of refusing to resume (what the
     workflow wants when a rule re-runs because its inputs changed).
     """
-    tracking = tracking or Tracking()
-    if restart_if_changed:
+    # only rank 0 talks to MLflow and decides whether the run starts over
+    tracking = (tracking or Tracking()) if world.main else Tracking()
+    if restart_if_changed and world.main:
         lin = lineage(cfg)
         if ckpt.lineage_changed(cfg.out_dir, lin):
             print(f"rl: {cfg.out_dir} holds a run of another config or starting model: "
@@ -470,7 +477,8 @@ def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = No
         elif latest_checkpoint(pathlib.Path(cfg.out_dir) / "checkpoints") is not None:
             print(f"rl: {cfg.out_dir}: same lineage, resuming from the latest checkpoint")
         ckpt.write_lineage(cfg.out_dir, lin)
+    dist.barrier(world)
     # MLflow run (when tracking has a URI): metrics sent as checkpoints cover them,
     # status FINISHED / FAILED / KILLED (gspo.tracking).
     with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
-        return Trainer(cfg, reward_fn).train()
+        return Trainer(cfg, reward_fn, world).train()

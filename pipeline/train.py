@@ -2,6 +2,11 @@
 
     python -m pipeline.train --config FILE [--set key=value ...] [--restart-if-changed]
                              [--tracking-uri URI --experiment NAME --run-name NAME --tag K=V]
+    torchrun --nproc-per-node N -m pipeline.train --config FILE ...     # N ranks (FSDP2)
+
+Under torchrun each rank samples its share of the step's prompt groups and the policy is sharded
+(gspo.distributed); the run's numbers equal a single process's up to float rounding, and only
+rank 0 writes metrics, checkpoints and MLflow records.
 
 The reward is the benchmarks' own scoring (evaluators.tasks.rewards, code in parallel sandboxes),
 wired in here: the trainer never imports the benchmarks. A run resumes from the latest complete
@@ -17,6 +22,7 @@ from pipeline._cli import add_tracking_flags, config_parser, load_config, run, t
 
 
 def main(argv=None):
+    from gspo import distributed as dist
     from gspo.trainer import run_rl
 
     ap = config_parser("RL training with GRPO, GSPO or GSPO-token.", "pipeline.train")
@@ -27,9 +33,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cfg = load_config(RLConfig, args)
     reward_fn = functools.partial(rewards, workers=cfg.reward_workers)
-    model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
-                   restart_if_changed=args.restart_if_changed)
-    print(f"rl model: {model}")
+    world = dist.init(cfg.device)
+    try:
+        model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
+                       restart_if_changed=args.restart_if_changed, world=world)
+    finally:
+        dist.close(world)
+    if world.main:
+        print(f"rl model: {model}")
 
 
 if __name__ == "__main__":

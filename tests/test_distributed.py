@@ -63,3 +63,39 @@ def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_eac
     assert set(one["metrics"]) == set(two["metrics"])
     for k, v in one["metrics"].items():
         assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-7), k
+
+
+TIMING = ("time_", "wall_s")
+
+
+def _rl_config(tmp, model, data, out, steps=3):
+    cfg = tmp / f"{out}.yaml"
+    cfg.write_text(f"algorithm: gspo\nmodel: {model}\nout_dir: {tmp / out}\n"
+                   f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\n"
+                   "prompts_per_step: 4\ngroup_size: 4\nminibatches: 2\nmax_new_tokens: 12\n"
+                   "lr: 1.0e-3\nckpt_every: 2\nthreads: 1\n")
+    return cfg
+
+
+@pytest.mark.slow
+def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_model_dir, tmp_path):
+    import json
+
+    data = tmp_path / "prompts.jsonl"
+    write_jsonl(aime.generate(16, split="train", seed=0, difficulty="easy"), data)
+    rows = {}
+    for n in (1, 2):
+        cfg = _rl_config(tmp_path, tiny_model_dir, data, f"rl{n}")
+        torchrun(n, "-m", "pipeline.train", "--config", cfg)
+        rows[n] = [json.loads(x) for x in (tmp_path / f"rl{n}" / "metrics.jsonl").read_text().splitlines()]
+        assert (tmp_path / f"rl{n}" / "model" / "model.safetensors").is_file()
+    assert [r["step"] for r in rows[1]] == [r["step"] for r in rows[2]] == [1, 2, 3]
+    for one, two in zip(rows[1], rows[2]):
+        keys = {k for k in one if not k.startswith(TIMING)}
+        assert keys == {k for k in two if not k.startswith(TIMING)}
+        for k in keys:
+            assert two[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6), (one["step"], k)
+    # the samples were the same: every rollout token generated and trained counted alike
+    assert rows[2][-1]["tokens_generated"] == rows[1][-1]["tokens_generated"] > 0
+    summary = json.loads((tmp_path / "rl2" / "summary.json").read_text())
+    assert summary["world_size"] == 2

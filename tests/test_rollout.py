@@ -89,3 +89,22 @@ def test_top_p_logprobs_are_those_of_the_renormalised_nucleus():
 def test_an_unknown_engine_name_is_rejected():
     with pytest.raises(ValueError, match="unknown rollout engine 'sglang'"):
         make_engine("sglang", "x")
+
+
+def test_with_one_seed_per_prompt_a_prompts_samples_do_not_depend_on_its_batch(tiny_model_dir):
+    from gspo.models import load_model
+    from gspo.rollout import make_engine
+
+    model, tok = load_model(tiny_model_dir)
+    engine = make_engine("torch", tiny_model_dir, model=model)
+    prompts = [tok(t).input_ids for t in ("1+2=", "33*4=", "7-5=", "100+1=")]
+    kw = dict(n=3, temperature=1.0, top_p=1.0, max_new_tokens=10)
+    together = engine.generate(prompts, seed=[11, 12, 13, 14], **kw)
+    apart = engine.generate(prompts[2:], seed=[13, 14], **kw) + \
+        engine.generate(prompts[:2], seed=[11, 12], **kw)
+    apart = apart[2:] + apart[:2]
+    assert [[c.token_ids for c in g] for g in together] == [[c.token_ids for c in g] for g in apart]
+    # each prompt's own seed matters
+    other = engine.generate(prompts, seed=[11, 12, 99, 14], **kw)
+    assert [c.token_ids for c in other[2]] != [c.token_ids for c in together[2]]
+    assert [c.token_ids for c in other[0]] == [c.token_ids for c in together[0]]

@@ -10,6 +10,10 @@ from: logits / temperature, then (when top_p < 1) restricted to the nucleus and 
 top_p = 1 this is exactly log_softmax(logits / temperature), which is what the trainer recomputes;
 with top_p < 1 the engine's value is >= the trainer's (the nucleus mass is < 1).
 
+`seed` is one seed for the call, or a list of one seed per prompt: then the samples of a prompt
+depend only on the model, the prompt, the settings and its own seed, not on which prompts it was
+batched with (so RL rollouts do not depend on how many ranks drew them).
+
 With `return_routing=True` a MoE model's completions also carry the experts its routers chose
 (`Completion.routing`; the torch engine only, see gspo.moe).
 
@@ -35,7 +39,8 @@ class Completion:
 
 class Engine(Protocol):
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int, stop_token_ids: list[int] | None = None,
+                 max_new_tokens: int, seed: int | list[int],
+                 stop_token_ids: list[int] | None = None,
                  return_routing: bool = False) -> list[list[Completion]]: ...
 
     def update_weights(self, state_dict) -> None: ...

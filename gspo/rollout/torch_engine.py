@@ -52,6 +52,19 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: tor
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
+def _sample(logits, temperature: float, top_p: float, gen, owner: torch.Tensor):
+    """sample_next over the rows, with one generator, or with each row's prompt's own
+    (gen a list indexed by `owner`, the prompt of each row)."""
+    if not isinstance(gen, list):
+        return sample_next(logits, temperature, top_p, gen)
+    tok = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+    lp = torch.empty(logits.shape[0], device=logits.device)
+    for i in owner.unique().tolist():
+        rows = (owner == i).nonzero().squeeze(-1)
+        tok[rows], lp[rows] = sample_next(logits[rows], temperature, top_p, gen[i])
+    return tok, lp
+
+
 class TorchEngine:
     """Rollout engine over a local HF causal-LM directory (see gspo.rollout for the contract)."""
 
@@ -116,7 +129,7 @@ class TorchEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
-                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
+                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int | list[int] = 0,
                  stop_token_ids: list[int] | None = None, return_routing: bool = False
                  ) -> list[list[Completion]]:
         from gspo import moe
@@ -138,7 +151,10 @@ class TorchEngine:
         if max_new <= 0:
             raise ValueError(f"prompt of {plen} tokens leaves no room within max length {self.max_len}")
         st = self._prefill(prompts, n, plen, plen + max_new, hooks)
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        # one generator for the call, or one per prompt (a list of seeds): the samples of a prompt
+        # then depend on its own seed alone, not on the prompts it was batched with
+        gen = ([torch.Generator(device="cpu").manual_seed(int(x)) for x in seed]
+               if isinstance(seed, list) else torch.Generator(device="cpu").manual_seed(seed))
         out = self._decode(st, plen, max_new, temperature, top_p, gen, stop_token_ids, hooks)
         return _completions(prompts, n, plen, out, st["routed"] if hooks is not None else None)
 
@@ -165,7 +181,7 @@ class TorchEngine:
                 routed[i] = t.new_zeros(P * n, L, t.shape[-1])
                 routed[i][:, :plen] = t.cpu()[rep.cpu()]
         return {"ck": [c[rep] for c in ck], "cv": [c[rep] for c in cv], "valid": valid[rep],
-                "logits": logits[rep], "pad": pad[rep], "routed": routed}
+                "logits": logits[rep], "pad": pad[rep], "routed": routed, "n": n}
 
     def _decode(self, st: dict, plen: int, max_new: int, temperature, top_p, gen, stop_token_ids,
                 hooks):
@@ -182,7 +198,7 @@ class TorchEngine:
         alive = torch.arange(N, device=dev)        # original row index of each batch row
         stop = torch.tensor(stop_token_ids, dtype=torch.long, device=dev)
         for t in range(max_new):
-            tok, lp = sample_next(logits, temperature, top_p, gen)
+            tok, lp = _sample(logits, temperature, top_p, gen, alive // st["n"])
             rows = alive.cpu()
             out_tok[rows, t] = tok.cpu()
             out_lp[rows, t] = lp.cpu()

@@ -43,7 +43,9 @@ CPU specifics: VLLM_CPU_KVCACHE_SPACE defaults to 1 (GiB), enforce_eager to True
 prefill is switched off (vLLM 0.32 crashes when it chunks the prefill of a seeded request on CPU).
 
 Seeds. vLLM seeds each request, and gives the j-th of n samples seed + j. Prompt i of a call is
-sent with seed (seed * len(prompts) + i) * n, so no two samples of one call share a stream, even
+sent with seed (seed * len(prompts) + i) * n (or seeds[i] * n when `seed` is a list, one per
+prompt: the samples of a prompt then do not depend on the call it was in), so no two samples of
+one call share a stream, even
 for duplicate prompts. Same engine, prompts and arguments give the same completions (CPU).
 """
 
@@ -237,7 +239,7 @@ class VLLMEngine:
 
     # -- sampling -------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
-                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
+                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int | list[int] = 0,
                  stop_token_ids: list[int] | None = None, return_routing: bool = False
                  ) -> list[list[Completion]]:
         from vllm import SamplingParams
@@ -258,7 +260,8 @@ class VLLMEngine:
                                  f"{self.max_model_len}")
             params.append(SamplingParams(
                 n=n, temperature=temperature, top_p=top_p, max_tokens=room,
-                seed=(seed * P + i) * n, logprobs=0, stop_token_ids=stop,
+                seed=(seed[i] if isinstance(seed, list) else seed * P + i) * n, logprobs=0,
+                stop_token_ids=stop,
                 ignore_eos=True,            # EOS stops only when it is in `stop` (as in torch)
                 detokenize=False, skip_special_tokens=False))
             inputs.append({"prompt_token_ids": [int(t) for t in p]})
