@@ -52,6 +52,21 @@ def list_checkpoints(ckpt_root) -> list[pathlib.Path]:
     return sorted(p for p in root.glob("step_*") if (p / STATE).is_file())
 
 
+def prune_checkpoints(ckpt_root, keep_last: int, keep_steps=()) -> list[pathlib.Path]:
+    """Remove all but the newest `keep_last` complete checkpoints (0: keep every one), never
+    those at `keep_steps`, and any half-written temp folder a killed process left (their names
+    start with '.'); returns what was removed. Call it only while no checkpoint is being
+    written."""
+    root = pathlib.Path(ckpt_root)
+    removed = [p for p in root.glob(".step_*") if p.is_dir()] if root.is_dir() else []
+    if keep_last > 0:
+        ckpts = list_checkpoints(root)
+        removed += [p for p in ckpts[:-keep_last] if int(p.name.split("_")[1]) not in set(keep_steps)]
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed
+
+
 def latest_checkpoint(ckpt_root) -> pathlib.Path | None:
     ckpts = list_checkpoints(ckpt_root)
     return ckpts[-1] if ckpts else None

@@ -189,6 +189,10 @@ class RLConfig:
                               "balance and the aux loss (moe/* metrics); ignored for dense models")
     reward_workers: int = option(2, "parallel sandboxes scoring code-task rewards")
     ckpt_every: int = option(10, "steps between checkpoints (the last step is always saved)")
+    keep_last: int = option(0, "complete checkpoints kept for resuming, the newest ones (0: all); "
+                            "each holds the optimizer state, ~16 bytes per parameter")
+    keep_steps: list[int] = option([], "steps whose checkpoints are kept whatever keep_last says "
+                                   "(the workflow sets its evaluation budgets' steps)")
     resume: bool = option(True, "continue from the latest complete checkpoint in out_dir if any")
     max_consecutive_nonfinite: int = option(3, "stop after this many non-finite updates in a row")
     seed: int = option(0, "seed of prompt sampling, rollouts and minibatch order")
@@ -221,6 +225,7 @@ class RLConfig:
         check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
+        check(self.keep_last >= 0, "keep_last", f"must be >= 0 (0: keep all), got {self.keep_last}")
         check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
         check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")

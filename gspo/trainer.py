@@ -445,10 +445,13 @@ class Trainer:
         return {"moe/engine_routing_mismatch": v["moe/volatility"]} if v else {}
 
     def checkpoint(self, step: int) -> pathlib.Path:
-        return ckpt.save_rl_checkpoint(
+        path = ckpt.save_rl_checkpoint(
             self.ckpt_root, step, self.policy, self.tok, self.opt, self.world,
             {"step": step, "counters": dict(self.state), "world_size": self.world.size},
             meta={"stage": "rl", "compute_flops": self.state["compute_flops"]})
+        if self.world.main:
+            ckpt.prune_checkpoints(self.ckpt_root, self.cfg.keep_last, self.cfg.keep_steps)
+        return path
 
 def lineage(cfg: RLConfig) -> dict:
     """What a run is made from: its config (less the fields that may change on resume) and its

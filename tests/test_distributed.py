@@ -99,3 +99,40 @@ def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_mode
     assert rows[2][-1]["tokens_generated"] == rows[1][-1]["tokens_generated"] > 0
     summary = json.loads((tmp_path / "rl2" / "summary.json").read_text())
     assert summary["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_weights(
+        tiny_model_dir, tmp_path):
+    import signal
+    import time
+
+    from safetensors.torch import load_file
+
+    data = tmp_path / "prompts.jsonl"
+    write_jsonl(aime.generate(16, split="train", seed=0, difficulty="easy"), data)
+    full = _rl_config(tmp_path, tiny_model_dir, data, "full", steps=5)
+    torchrun(2, "-m", "pipeline.train", "--config", full)
+    cut = _rl_config(tmp_path, tiny_model_dir, data, "cut", steps=5)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "pipeline.train", "--config", str(cut)]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while not (tmp_path / "cut" / "checkpoints" / "step_000002").is_dir():
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 2"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)         # every rank and the launcher, no clean-up
+    proc.wait(timeout=60)
+    assert not (tmp_path / "cut" / "model").exists()
+    torchrun(2, "-m", "pipeline.train", "--config", cut)        # the same command again
+    a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    import json
+
+    rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    info = json.loads((tmp_path / "cut" / "run_info.json").read_text())
+    assert info["resumed_from"].split("step_")[-1] in ("000002", "000004")    # it did resume

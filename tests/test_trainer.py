@@ -225,3 +225,31 @@ def test_activation_checkpointing_is_refused_for_moe_models(data, tmp_path):
     with pytest.raises(ConfigError, match="activation_checkpointing: not supported for Mixture"):
         trainer_mod.Trainer(rl_cfg(data, moe_dir, tmp_path / "rl", activation_checkpointing=True),
                             rewards)
+
+
+def test_keep_last_keeps_exactly_the_newest_complete_checkpoints_and_the_kept_steps(tmp_path):
+    from gspo.checkpoint import list_checkpoints, prune_checkpoints
+    from gspo.io import atomic_dir
+
+    root = tmp_path / "checkpoints"
+    for step in (2, 4, 6, 8, 10):
+        with atomic_dir(root / f"step_{step:06d}") as d:
+            (d / "trainer_state.pt").write_text("x")
+    (root / "step_000012").mkdir()                       # incomplete: no trainer state
+    half = root / ".step_000012.abc"                     # a killed writer's temp folder
+    half.mkdir()
+    removed = prune_checkpoints(root, keep_last=2, keep_steps=[4])
+    assert [p.name for p in list_checkpoints(root)] == ["step_000004", "step_000008", "step_000010"]
+    assert not half.exists() and (root / "step_000012").exists()
+    assert sorted(p.name for p in removed) == [".step_000012.abc", "step_000002", "step_000006"]
+    assert prune_checkpoints(root, keep_last=0) == []       # 0 keeps every checkpoint
+
+
+def test_a_run_with_keep_last_prunes_as_it_goes(data, sft_model, tmp_path):
+    from gspo.checkpoint import list_checkpoints
+
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, ckpt_every=1, keep_last=1,
+                              keep_steps=[2]), rewards)
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == \
+        ["step_000002", "step_000004"]
+    assert (tmp_path / "model" / "model.safetensors").is_file()

@@ -35,7 +35,7 @@ from gspo.models import PRESETS
 PARTS = ("sft", "rl", "test")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 # RL fields the workflow sets itself, per run.
-RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every")
+RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every", "keep_steps")
 SFT_MANAGED = ("out_dir", "train_data", "eval_data")
 
 
@@ -285,7 +285,7 @@ class Plan:
         d = deep_merge(d, v["rl"])
         d.update(algorithm=algorithm, seed=seed, model=f"{self.base}/sft/model",
                  out_dir=self.rl_dir(variant, seed), train_data=self._mix("rl"),
-                 ckpt_every=self.ckpt_every)
+                 ckpt_every=self.ckpt_every, keep_steps=self.nonzero_steps())
         key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
         return self._typed(RLConfig, d, key)
 
