@@ -114,6 +114,11 @@ class SFTConfig:
     weight_decay: float = option(0.0, "AdamW weight decay")
     grad_clip: float = option(1.0, "max global gradient norm")
     max_len: int = option(256, "longest prompt + response kept, in tokens (longer ones are cut)")
+    micro_batch_size: int = option(0, "sequences per forward/backward, gradients accumulated over "
+                                   "the batch (0: the whole batch at once)")
+    max_tokens_per_micro_batch: int = option(0, "token budget of a forward/backward (sequences "
+                                             "sorted by length and packed; replaces "
+                                             "micro_batch_size; 0: off)")
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
     eval_every: int = option(100, "steps between greedy held-out checks (0: only at the end)")
@@ -147,6 +152,10 @@ class RLConfig:
                              "the run is on-policy and every ratio is exactly 1")
     epochs: int = option(1, "passes over each rollout batch")
     micro_batch_size: int = option(0, "sequences per forward/backward (0: the whole minibatch)")
+    max_tokens_per_micro_batch: int = option(0, "token budget of a forward/backward: sequences "
+                                             "sorted by length and packed so that sequences x "
+                                             "longest length fits (replaces micro_batch_size; "
+                                             "0: off); dense models only")
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
     lr: float = option(5e-5, "learning rate (AdamW, constant after warm-up)")
@@ -226,6 +235,7 @@ class RLConfig:
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
         check(self.keep_last >= 0, "keep_last", f"must be >= 0 (0: keep all), got {self.keep_last}")
+        check(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
         check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
         check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")

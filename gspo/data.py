@@ -71,6 +71,37 @@ def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
     return {"input_ids": ids, "attention_mask": att, "target_mask": tmask}
 
 
+def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, size: int,
+                  max_tokens: int) -> list[torch.Tensor]:
+    """`rows` split into micro-batches: `size` rows each (0: all at once), or with max_tokens
+    the rows sorted longest first and packed so that rows x the longest length stays within
+    the budget (a row longer than the budget goes alone)."""
+    if not max_tokens:
+        size = size or max(len(rows), 1)
+        return [rows[j:j + size] for j in range(0, len(rows), size)]
+    order = sorted(rows.tolist(), key=lambda r: -int(lengths[r]))
+    out: list[list[int]] = []
+    for r in order:
+        # sorted longest first: the micro-batch's first row sets its padded width
+        if out and (len(out[-1]) + 1) * int(lengths[out[-1][0]]) <= max_tokens:
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return [torch.tensor(m, dtype=torch.long) for m in out]
+
+
+def trim_padding(sub: dict) -> dict:
+    """A right-padded micro-batch cut to its longest sequence (targets one shorter)."""
+    L = int(sub["attention_mask"].sum(1).max())
+    return {"input_ids": sub["input_ids"][:, :L], "attention_mask": sub["attention_mask"][:, :L],
+            "target_mask": sub["target_mask"][:, :max(L - 1, 1)]}
+
+
+def pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    """(b, T) right-padded with zeros to (b, width)."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t
+
+
 def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False,
                       chunk: int = 0):
     """Per-target log-probs (B, L-1) under softmax(logits / temperature), optionally entropy.

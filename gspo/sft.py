@@ -18,7 +18,7 @@ from typing import Callable
 
 from gspo.checkpoint import publish_model, run_info, save_checkpoint, write_run_info
 from gspo.config import SFTConfig, to_dict
-from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
+from gspo.data import Mix, encoder, micro_batches, pad_batch, sequence_logprobs, trim_padding
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
 from gspo.models import PRESETS, build_tiny, enable_activation_checkpointing, load_model
@@ -87,6 +87,29 @@ def _setup(cfg: SFTConfig, out: pathlib.Path):
     return model, tok
 
 
+def _update(model, opt, batch, cfg: SFTConfig) -> tuple[float, float]:
+    """One optimizer step on `batch`: the mean response-token loss, accumulated over
+    micro-batches (micro_batch_size, or max_tokens_per_micro_batch sorted and trimmed); returns
+    (loss, grad norm)."""
+    mask = batch["target_mask"]
+    rows = torch.arange(mask.shape[0])
+    micros = micro_batches(rows, batch["attention_mask"].sum(1), cfg.micro_batch_size,
+                           cfg.max_tokens_per_micro_batch)
+    opt.zero_grad(set_to_none=True)
+    loss = 0.0
+    for idx in micros:
+        sub = batch if len(micros) == 1 else {k: v[idx] for k, v in batch.items()}
+        if cfg.max_tokens_per_micro_batch:
+            sub = trim_padding(sub)
+        logp = sequence_logprobs(model, sub, chunk=cfg.logprob_chunk)
+        part = -(logp * sub["target_mask"]).sum() / mask.sum()
+        part.backward()
+        loss += part.item()
+    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    return loss, gnorm.item()
+
+
 def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
     out = pathlib.Path(cfg.out_dir)
     mix = Mix(cfg.train_data, need_solution=True)
@@ -113,19 +136,14 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
         batch = pad_batch([enc(r["prompt"]) for r in recs],
                           [enc(r["solution"]) + [eos] for r in recs], tok.pad_token_id, cfg.max_len)
         batch = {k: v.to(cfg.device) for k, v in batch.items()}
-        logp = sequence_logprobs(model, batch, chunk=cfg.logprob_chunk)
         mask = batch["target_mask"]
-        loss = -(logp * mask).sum() / mask.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        loss, gnorm = _update(model, opt, batch, cfg)
         lengths = batch["attention_mask"].sum(1).tolist()
         total_flops += 3 * flops.forward(lengths)
         tokens += int(mask.sum())
         last = step == cfg.steps - 1
         if step % cfg.log_every == 0 or last:
-            rec = {"loss": loss.item(), "lr": lr, "grad_norm": gnorm.item(),
+            rec = {"loss": loss, "lr": lr, "grad_norm": gnorm,
                    "tokens_trained": tokens, "compute_flops": total_flops,
                    "wall_s": time.time() - t0}
             if eval_recs and ((cfg.eval_every and step and step % cfg.eval_every == 0) or last):
@@ -140,5 +158,5 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
     publish_model(ckpt, out / "model")
     write_json(out / "summary.json", {"steps": cfg.steps, "compute_flops": total_flops,
                                       "tokens_trained": tokens, "wall_s": time.time() - t0,
-                                      "final_loss": loss.item()})
+                                      "final_loss": loss})
     return out / "model"

@@ -28,7 +28,8 @@ from gspo import moe, objectives, step_metrics
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
                              STATE)
 from gspo.config import RLConfig, to_dict
-from gspo.data import Mix, encoder, pad_batch, sequence_logprobs
+from gspo.data import (Mix, encoder, micro_batches, pad_batch, pad_to, sequence_logprobs,
+                       trim_padding)
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
@@ -64,10 +65,6 @@ class Trainer:
         self.world = world
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        if cfg.prompts_per_step % world.size:
-            raise TrainingError(f"prompts_per_step={cfg.prompts_per_step} does not divide by the "
-                                f"{world.size} ranks (each owns whole prompt groups); pick a "
-                                "multiple of the number of processes")
         self.out = pathlib.Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.out / "checkpoints"
@@ -94,9 +91,7 @@ class Trainer:
             self._replays_engine or cfg.moe_metrics)
         # the engine gets its own full copy before the policy is sharded over the ranks
         self.engine = self._make_engine(src)
-        if world.distributed and self.is_moe:
-            raise TrainingError("MoE models train in a world of one for now (Routing Replay "
-                                "is not sharded); run without torchrun")
+        self._refuse_unsupported()
         self.policy = dist.shard(self.policy, world)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
@@ -118,6 +113,19 @@ class Trainer:
             write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
                                               algorithm=cfg.algorithm, world_size=world.size,
                                               resumed_from=str(resume_from)))
+
+    def _refuse_unsupported(self) -> None:
+        cfg, world = self.cfg, self.world
+        if cfg.prompts_per_step % world.size:
+            raise TrainingError(f"prompts_per_step={cfg.prompts_per_step} does not divide by the "
+                                f"{world.size} ranks (each owns whole prompt groups); pick a "
+                                "multiple of the number of processes")
+        if self.is_moe and cfg.max_tokens_per_micro_batch:
+            raise TrainingError("max_tokens_per_micro_batch: MoE models replay routing over the "
+                                "whole padded batch; use micro_batch_size")
+        if world.distributed and self.is_moe:
+            raise TrainingError("MoE models train in a world of one for now (Routing Replay "
+                                "is not sharded); run without torchrun")
 
     def _make_engine(self, src):
         r = self.cfg.rollout
@@ -253,18 +261,20 @@ class Trainer:
         reduced over the ranks."""
         cfg = self.cfg
         self.opt.zero_grad(set_to_none=True)
-        mbs = cfg.micro_batch_size or max(len(local), 1)
+        micros = micro_batches(local, batch["attention_mask"].sum(1), cfg.micro_batch_size,
+                               cfg.max_tokens_per_micro_batch)
         tot_tokens = dist.all_reduce(batch["target_mask"][local].sum(), self.world).clamp(min=1)
         # every rank runs as many forward/backward passes as the busiest one: FSDP's
         # collectives need them all (a rank short of rows runs one at weight 0)
-        n_micro = int(dist.all_reduce(torch.tensor(-(-len(local) // mbs)), self.world, "max"))
+        n_micro = int(dist.all_reduce(torch.tensor(len(micros)), self.world, "max"))
         loss_sum = 0.0
         acc: dict[str, list] = {}
         for j in range(n_micro):
-            idx = local[j * mbs:(j + 1) * mbs]
-            real = len(idx) > 0
-            idx = idx if real else torch.zeros(1, dtype=torch.long)
+            real = j < len(micros)
+            idx = micros[j] if real else torch.zeros(1, dtype=torch.long)
             sub = {k: v[idx] for k, v in batch.items()}
+            if cfg.max_tokens_per_micro_batch:   # the budget counts real tokens: drop padding
+                sub = trim_padding(sub)
             loss, m = self._micro_loss(sub, idx, old_logp, adv, first if real else None)
             # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
             w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
@@ -290,10 +300,11 @@ class Trainer:
                 keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks:
             logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature, with_entropy=True,
                                           chunk=cfg.logprob_chunk)
+        width = old_logp.shape[1]                  # a trimmed micro-batch is padded back
         if first is not None:
             first.setdefault("idx", []).append(idx)
-            first.setdefault("logp", []).append(logp.detach())
-            first.setdefault("entropy", []).append(ent.detach())
+            first.setdefault("logp", []).append(pad_to(logp.detach(), width))
+            first.setdefault("entropy", []).append(pad_to(ent.detach(), width))
             if hooks.record:
                 first.setdefault("routing", []).append(hooks.routing(own=True))
         ref_logp = None
@@ -302,7 +313,7 @@ class Trainer:
                 ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature,
                                              chunk=cfg.logprob_chunk)
         loss, m = objectives.policy_loss(
-            logp, old_logp[idx], adv[idx], sub["target_mask"], level=cfg.level,
+            logp, old_logp[idx][:, :logp.shape[1]], adv[idx], sub["target_mask"], level=cfg.level,
             eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
             log_ratio_clamp=cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=cfg.kl_coef)
         if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss

@@ -253,3 +253,46 @@ def test_a_run_with_keep_last_prunes_as_it_goes(data, sft_model, tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == \
         ["step_000002", "step_000004"]
     assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+def test_token_budget_micro_batches_pack_longest_first_within_the_budget():
+    from gspo.data import micro_batches
+
+    lengths = torch.tensor([5, 9, 3, 9, 4, 20])
+    rows = torch.tensor([0, 1, 2, 3, 4, 5])
+    packed = [m.tolist() for m in micro_batches(rows, lengths, 0, max_tokens=20)]
+    assert packed == [[5], [1, 3], [0, 4, 2]]          # 20 alone; 2 x 9; 3 x 5
+    assert all(len(m) * max(int(lengths[r]) for r in m) <= 20 for m in packed)
+    assert sorted(r for m in packed for r in m) == rows.tolist()
+    assert [m.tolist() for m in micro_batches(rows, lengths, 4, 0)] == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_a_token_budget_changes_the_update_only_by_float_rounding(data, sft_model, tmp_path):
+    runs = {}
+    for budget in (0, 40):
+        out = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / str(budget), steps=1,
+                                        max_tokens_per_micro_batch=budget), rewards)
+        rows = [{k: v for k, v in r.items() if k not in TIMING} for r in
+                read_metrics(tmp_path / str(budget) / "metrics.jsonl")]
+        runs[budget] = (rows[0], weights(out))
+    assert runs[40][0] == pytest.approx(runs[0][0], rel=1e-4, abs=1e-6)
+    for name, w in runs[0][1].items():
+        assert (runs[40][1][name] - w).norm() <= 1e-5 * w.norm(), name
+
+
+@pytest.mark.parametrize("split", [{"micro_batch_size": 3}, {"max_tokens_per_micro_batch": 64}])
+def test_sft_gradient_accumulation_changes_only_float_rounding(data, tmp_path, split):
+    runs = {}
+    for name, extra in (("whole", {}), ("split", split)):
+        cfg = SFTConfig(model="tiny", out_dir=str(tmp_path / name), steps=3, batch_size=8,
+                        train_data=[DataSource(str(data / "train.jsonl"))], threads=1,
+                        log_every=1, **extra)
+        runs[name] = (read_metrics_of(run_sft(cfg, reward)), weights(tmp_path / name / "model"))
+    assert [r["loss"] for r in runs["split"][0]] == pytest.approx(
+        [r["loss"] for r in runs["whole"][0]], rel=1e-5)
+    for k, w in runs["whole"][1].items():
+        assert (runs["split"][1][k] - w).norm() <= 1e-5 * w.norm(), k
+
+
+def read_metrics_of(model_dir):
+    return read_metrics(model_dir.parent / "metrics.jsonl")
