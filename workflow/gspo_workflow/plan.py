@@ -421,6 +421,16 @@ class Plan:
                   for b in self.nonzero_budgets()]
         return " ".join(f"--eval {shlex.quote(e)}" for e in evals)
 
+    @staticmethod
+    def launcher(wildcards, resources) -> Unrecorded:
+        """How a training job starts: `python -m` on one device, torchrun with one process per
+        GPU the profile gives the rule (resource `gpu`). Unrecorded: the same run on another
+        number of GPUs gives the same numbers, so it re-runs nothing."""
+        gpus = int(resources.get("gpu", 0) or 0)
+        if gpus <= 1:
+            return Unrecorded("python -m")
+        return Unrecorded(f"torchrun --standalone --nproc-per-node={gpus} -m")
+
     def tracking_flags(self, argv: list[str] | None = None) -> Unrecorded:
         """The MLflow flags of every stage command (shell-quoted): the store, the experiment and
         the tags that tie a run to this workflow invocation. Unrecorded: the command line of

@@ -5,6 +5,7 @@
 # and metrics.jsonl are not, so Snakemake never deletes them. An interrupted run is re-run (with
 # --rerun-incomplete when Snakemake flagged it) and the trainer resumes from its latest
 # checkpoint; --restart-if-changed makes it start over only when its config or SFT model changed.
+# With GPUs (resource `gpu` in the profile) the job is torchrun with one rank per GPU.
 
 
 rule rl:
@@ -18,6 +19,7 @@ rule rl:
         config_sha=PLAN.rl_sha_param,
         baseline=PLAN.baseline_param,
         tracking=PLAN.tracking_flags(),
+        launch=PLAN.launcher,
     log:
         "results/{experiment}/logs/rl/{variant}-seed{seed}.log",
     benchmark:
@@ -26,7 +28,7 @@ rule rl:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m pipeline.train --config {input.config} --set threads={threads}"
+        "exec {params.launch} pipeline.train --config {input.config} --set threads={threads}"
         " --restart-if-changed --run-name {wildcards.variant}-seed{wildcards.seed}"
         " --tag variant={wildcards.variant} --tag baseline={params.baseline:q}"
         " {params.tracking} > {log} 2>&1"
