@@ -101,6 +101,31 @@ def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_mode
     assert summary["world_size"] == 2
 
 
+def kill_all(marker: str) -> None:
+    """SIGKILL every process whose command line mentions `marker`; return once none is left."""
+    import signal
+    import time
+
+    for _ in range(100):
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmd and int(pid) != os.getpid():
+                pids.append(int(pid))
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    raise AssertionError(f"processes of {marker} survive SIGKILL")
+
+
 @pytest.mark.slow
 def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_weights(
         tiny_model_dir, tmp_path):
@@ -111,9 +136,11 @@ def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_
 
     data = tmp_path / "prompts.jsonl"
     write_jsonl(aime.generate(16, split="train", seed=0, difficulty="easy"), data)
-    full = _rl_config(tmp_path, tiny_model_dir, data, "full", steps=5)
+    # 8 steps, checkpoints every 2: the kill lands mid-run even when this process, sharing the
+    # cores with both ranks, notices the first checkpoint late
+    full = _rl_config(tmp_path, tiny_model_dir, data, "full", steps=8)
     torchrun(2, "-m", "pipeline.train", "--config", full)
-    cut = _rl_config(tmp_path, tiny_model_dir, data, "cut", steps=5)
+    cut = _rl_config(tmp_path, tiny_model_dir, data, "cut", steps=8)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "pipeline.train", "--config", str(cut)]
     proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
@@ -122,8 +149,11 @@ def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_
     deadline = time.time() + 300
     while not (tmp_path / "cut" / "checkpoints" / "step_000002").is_dir():
         assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 2"
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)         # every rank and the launcher, no clean-up
+        time.sleep(0.02)
+    # every rank and the launcher at once, no clean-up (torchrun starts the ranks in sessions
+    # of their own, so the launcher's process group alone would leave them running)
+    os.killpg(proc.pid, signal.SIGKILL)
+    kill_all(str(cut))
     proc.wait(timeout=60)
     assert not (tmp_path / "cut" / "model").exists()
     torchrun(2, "-m", "pipeline.train", "--config", cut)        # the same command again
@@ -133,6 +163,6 @@ def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_
     import json
 
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in rows] == list(range(1, 9))
     info = json.loads((tmp_path / "cut" / "run_info.json").read_text())
-    assert info["resumed_from"].split("step_")[-1] in ("000002", "000004")    # it did resume
+    assert info["resumed_from"].split("step_")[-1] in ("000002", "000004", "000006")  # mid-run
