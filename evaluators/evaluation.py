@@ -21,6 +21,7 @@ runs the same benchmarks through Hugging Face generation as an independent cross
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from evaluators import codeforces, tasks
 from evaluators.metrics import aggregate, problem_metrics
 from gspo.config import check, option
+from gspo.data import encoder
 from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
 
 
@@ -102,10 +104,11 @@ def _sample(engine, tokenizer, records, *, samples, temperature, top_p, max_new_
     sampled with seed + j, so a run is deterministic in (records, seed, batch_prompts)."""
     eos = tokenizer.eos_token_id
     stop = [eos] if eos is not None else None
+    enc = encoder(tokenizer)
     texts, finish, lengths = [], [], []
     for j, start in enumerate(range(0, len(records), batch_prompts)):
         chunk = records[start:start + batch_prompts]
-        prompts = [tokenizer(r["prompt"], add_special_tokens=False).input_ids for r in chunk]
+        prompts = [enc(r["prompt"]) for r in chunk]
         groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
                                  max_new_tokens=max_new_tokens, seed=seed + j,
                                  stop_token_ids=stop)
@@ -205,8 +208,6 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
     """Evaluate `model` on each benchmark config in this one process (the model and the engine
     are loaded once), writing <out>/<bench>/ as the module doc says; `records` as load_all
     returns them (loaded here when None). Returns {bench: summary}."""
-    import dataclasses
-
     records = records if records is not None else load_all(configs)
     engines: dict = {}
     result = {}

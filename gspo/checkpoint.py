@@ -60,8 +60,9 @@ def prune_checkpoints(ckpt_root, keep_last: int, keep_steps=()) -> list[pathlib.
     root = pathlib.Path(ckpt_root)
     removed = [p for p in root.glob(".step_*") if p.is_dir()] if root.is_dir() else []
     if keep_last > 0:
-        ckpts = list_checkpoints(root)
-        removed += [p for p in ckpts[:-keep_last] if int(p.name.split("_")[1]) not in set(keep_steps)]
+        kept = set(keep_steps)
+        removed += [p for p in list_checkpoints(root)[:-keep_last]
+                    if int(p.name.split("_")[1]) not in kept]
     for p in removed:
         shutil.rmtree(p, ignore_errors=True)
     return removed

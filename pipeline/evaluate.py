@@ -14,8 +14,10 @@ when the model is a training checkpoint): see evaluators.evaluation.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
+import typing
 
 from evaluators import tasks
 from evaluators.evaluation import EvalConfig, evaluate, load_all
@@ -23,10 +25,11 @@ from gspo.config import ConfigError, apply_overrides, from_dict, load
 from pipeline._cli import run
 
 DEFAULTS = EvalConfig()
-# flag -> EvalConfig field, for the configs made from flags (defaults: EvalConfig's)
-FLAGS = {"samples": int, "temperature": float, "top_p": float, "max_new_tokens": int,
-         "limit": int, "seed": int, "engine": str, "device": str, "batch_prompts": int,
-         "workers": int, "bootstrap_iters": int}
+# One flag per EvalConfig setting, with its type, default and help; the benchmark and its data
+# come from --benchmarks / --data-dir, keep_completions from --no-completions.
+FLAGS = {f.name: f for f in dataclasses.fields(EvalConfig)
+         if f.name not in ("benchmark", "data", "keep_completions")}
+HINTS = typing.get_type_hints(EvalConfig)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,9 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmarks", default=",".join(tasks.BENCHMARKS),
                    help=f"comma list of {', '.join(tasks.BENCHMARKS)} (default: all)")
     p.add_argument("--data-dir", default="data", help="folder of <bench>_test.jsonl")
-    for name, tp in FLAGS.items():
-        p.add_argument("--" + name.replace("_", "-"), type=tp, default=getattr(DEFAULTS, name),
-                       help=f"(default {getattr(DEFAULTS, name)!r})")
+    for name, f in FLAGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=HINTS[name],
+                       default=getattr(DEFAULTS, name),
+                       help=f"{f.metadata['help']} (default {getattr(DEFAULTS, name)!r})")
     p.add_argument("--no-completions", action="store_true",
                    help="leave the completions out of results.jsonl")
     p.add_argument("--threads", type=int, default=0,

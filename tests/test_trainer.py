@@ -204,6 +204,9 @@ def test_resuming_checkpoints_of_a_different_config_is_refused(data, sft_model, 
 
 
 def test_activation_checkpointing_changes_no_number_of_a_step(data, sft_model, tmp_path):
+    on = trainer_mod.Trainer(rl_cfg(data, sft_model, tmp_path / "probe",
+                                    activation_checkpointing=True), rewards)
+    assert on.policy.is_gradient_checkpointing     # the switch reaches the model
     runs = {}
     for ac in (False, True):
         out = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / str(ac), steps=1,
