@@ -136,16 +136,26 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
     cfg = _write_rl_config(tmp_path, tiny_model_dir, aime_prompts, steps=10, ckpt_every=2)
     cmd = [sys.executable, "-m", "pipeline.train", "--config", str(cfg),
            "--set", "steps=400"]           # long enough to be killed mid-way
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(db), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    # stderr goes to a file, not a pipe nobody reads while waiting (a full pipe blocks the
+    # child); faulthandler lets a hung child show where it hangs (SIGABRT dumps its stacks)
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**_env(db), "PYTHONFAULTHANDLER": "1"},
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
     ckpts = tmp_path / "rl" / "checkpoints"
     deadline = time.time() + 240
     while not (ckpts / "step_000004").is_dir():
-        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert proc.poll() is None, log.read_text()[-2000:]
         assert time.time() < deadline, "no checkpoint at step 4 within 4 minutes"
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    try:
+        code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=30)
+        raise AssertionError("still running 120 s after SIGTERM:\n" + log.read_text()[-6000:])
+    assert code == 128 + signal.SIGTERM, log.read_text()[-2000:]
     run = _run_of(tmp_path / "rl", db)
     assert run.info.status == "KILLED"
     latest = max(int(p.name.split("_")[1]) for p in ckpts.glob("step_*"))
