@@ -1,3 +1,4 @@
 """The Snakemake workflow's Python: `plan`, the validated master config turned into stage configs,
-paths and rule helpers (imported by the Snakefile). The jobs themselves are the stage commands,
+paths and rule helpers (imported by the Snakefile), and `launch`, the command prefix that starts a
+training job on the GPUs and nodes its rule is given. The jobs themselves are the stage commands,
 `python -m pipeline.<stage>`."""

@@ -32,6 +32,8 @@ from gspo.config import ConfigError, DataGenConfig, RLConfig, SFTConfig, from_di
 from gspo.io import atomic_write_text
 from gspo.models import PRESETS
 
+from . import launch
+
 PARTS = ("sft", "rl", "test")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 # RL fields the workflow sets itself, per run.
@@ -424,12 +426,10 @@ class Plan:
     @staticmethod
     def launcher(wildcards, resources) -> Unrecorded:
         """How a training job starts: `python -m` on one device, torchrun with one process per
-        GPU the profile gives the rule (resource `gpu`). Unrecorded: the same run on another
-        number of GPUs gives the same numbers, so it re-runs nothing."""
-        gpus = int(resources.get("gpu", 0) or 0)
-        if gpus <= 1:
-            return Unrecorded("python -m")
-        return Unrecorded(f"torchrun --standalone --nproc-per-node={gpus} -m")
+        GPU the profile gives the rule, srun + one torchrun per node on several SLURM nodes
+        (gspo_workflow.launch). Unrecorded: the same run on another number of GPUs gives the
+        same numbers, so it re-runs nothing."""
+        return Unrecorded(launch.launcher(resources))
 
     def tracking_flags(self, argv: list[str] | None = None) -> Unrecorded:
         """The MLflow flags of every stage command (shell-quoted): the store, the experiment and

@@ -5,7 +5,9 @@
 # and metrics.jsonl are not, so Snakemake never deletes them. An interrupted run is re-run (with
 # --rerun-incomplete when Snakemake flagged it) and the trainer resumes from its latest
 # checkpoint; --restart-if-changed makes it start over only when its config or SFT model changed.
-# With GPUs (resource `gpu` in the profile) the job is torchrun with one rank per GPU.
+# With GPUs (resource `gpu`, or `gres` per node, in the profile) the job is torchrun with one rank
+# per GPU, on one node or, with `nodes`, several (gspo_workflow/launch.py); prompts_per_step must
+# divide by the number of ranks.
 
 
 rule rl:

@@ -1,4 +1,7 @@
 # Cold-start SFT on the training mix (train_tasks), once; every RL run starts from its model.
+# With GPUs (resource `gpu`, or `gres` per node, in the profile) the job is torchrun with one rank
+# per GPU, on one node or, with `nodes`, several (gspo_workflow/launch.py); batch_size must divide
+# by the number of ranks.
 
 
 rule sft:
@@ -11,6 +14,7 @@ rule sft:
     params:
         config_sha=PLAN.sha_param("sft"),
         tracking=PLAN.tracking_flags(),
+        launch=PLAN.launcher,
     log:
         "results/{experiment}/logs/sft.log",
     benchmark:
@@ -19,5 +23,5 @@ rule sft:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m pipeline.sft --config {input.config} --set threads={threads}"
+        "exec {params.launch} pipeline.sft --config {input.config} --set threads={threads}"
         " --run-name sft {params.tracking} > {log} 2>&1"
