@@ -394,6 +394,89 @@ def test_the_workflow_passes_snakemake_lint(tmp_path):
     assert "Congratulations, your workflow is in a good condition!" in r.stdout + r.stderr
 
 
+def _plan_module():
+    sys.path.insert(0, str(ROOT / "workflow"))
+    from gspo_workflow import plan
+
+    return plan
+
+
+def _launch(**resources) -> str:
+    return str(_plan_module().Plan.launcher(None, resources))
+
+
+MULTI_NODE = dict(nodes=2, tasks=2, mpi="srun", gres="gpu:h100:8", cpus_per_task=64)
+
+
+def test_the_launcher_starts_python_torchrun_or_one_torchrun_per_slurm_node():
+    assert _launch() == _launch(gpu=1) == _launch(gres="gpu:1") == "python -m"
+    one_node = "torchrun --standalone --nproc-per-node=8 -m"
+    assert _launch(gpu=8) == _launch(gres="gpu:h100:8") == _launch(nodes=1, gres="gpu:8") == one_node
+    assert _launch(**MULTI_NODE) == (
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:h100:8 --kill-on-bad-exit=1"
+        " --cpus-per-task=64 torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d"
+        " --rdzv-endpoint=$(hostname):29500 --rdzv-id=$SLURM_JOB_ID -m")
+    # several nodes without what the SLURM plugin needs would ask for the wrong allocation
+    with pytest.raises(ValueError, match=r"gres .*tasks: 2.*mpi: srun"):
+        _launch(nodes=2, gpu=8)
+
+
+def test_the_multi_node_command_expands_the_rendezvous_host_and_job_id_in_the_jobs_shell(tmp_path):
+    # stand-in srun: records its arguments (the real one starts torchrun on each node)
+    (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\n')
+    (tmp_path / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+           "ARGS": str(tmp_path / "args"), "SLURM_JOB_ID": "4242"}
+    cmd = f"exec {_launch(**MULTI_NODE)} pipeline.train --config c.yaml > /dev/null 2>&1"
+    subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=30)
+    args = (tmp_path / "args").read_text().splitlines()
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert args[args.index("torchrun"):] == [
+        "torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={host}:29500", "--rdzv-id=4242", "-m", "pipeline.train", "--config",
+        "c.yaml"]
+
+
+def _profile_value(v):
+    """A profile resource as Snakemake reads it: strings are Python expressions."""
+    import ast
+
+    return ast.literal_eval(v) if isinstance(v, str) else v
+
+
+def test_the_slurm_profile_asks_for_what_the_training_jobs_use_and_fits_the_real_scale_config():
+    from snakemake.utils import validate
+
+    text = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
+    profile = yaml.safe_load(text)
+    rules = set(re.findall(r"^rule (\w+):", "".join(
+        p.read_text() for p in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]),
+        re.M))
+    assert set(profile["set-resources"]) | set(profile["set-threads"]) <= rules
+    # the commented example of several nodes, as the lines to add to a rule
+    example = text[text.index("# Several nodes"):text.index("\nexecutor:")]
+    extra = {k: _profile_value(yaml.safe_load(v)) for k, v in
+             re.findall(r"^#\s{3,}(\w+):\s*(\S+)", example, re.M)}
+    assert extra["nodes"] > 1 and extra.keys() == {"nodes", "tasks", "mpi"}
+
+    cfg = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    batches = {"sft": [plan.sft_cfg.batch_size],
+               "rl": [c.prompts_per_step for c in plan.rl_cfgs.values()]}
+    for rule, batch in batches.items():
+        res = {k: _profile_value(v) for k, v in profile["set-resources"][rule].items()}
+        for r in (res, {**res, **extra}):
+            gpus = _plan_module().launch.gpus_per_node(r)
+            ranks = r.get("nodes", 1) * gpus
+            assert gpus > 1 and f"--nproc-per-node={gpus} " in _launch(**r)
+            assert all(b % ranks == 0 for b in batch), (rule, batch, ranks)
+            # one task (the torchrun) per node, holding every rank's threads
+            assert r["tasks_per_gpu"] == 0 and r.get("tasks", 1) == r.get("nodes", 1)
+            assert r["cpus_per_task"] >= gpus * profile["set-threads"][rule]
+            assert "gpu" not in r, "`gpu` is --gpus, a count for the whole job: use gres"
+
+
 def test_the_default_config_plans_grpo_and_gspo_over_two_seeds_and_four_budgets(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
