@@ -4,20 +4,24 @@ over instead of resuming checkpoints that no longer belong to it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import pathlib
 import platform
 import shutil
 import subprocess
 import sys
+import warnings
 
 import torch
 
 from gspo.errors import TrainingError
 from gspo.io import atomic_dir, write_json
 
-STATE = "trainer_state.pt"
+STATE = "trainer_state.pt"    # written last: a checkpoint folder holding it is complete
+OPTIM = "optimizer"           # the optimizer state, a Distributed Checkpoint folder
 META = "checkpoint.json"      # {stage, step, compute_flops}: readable without loading the state
 LINEAGE = "lineage.json"
 # What a run leaves in its folder; wiped when its lineage changes (mlflow_run.json is not: the
@@ -31,11 +35,22 @@ def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,
     rename. `weights`: the full state dict to write when `model` itself is sharded."""
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
     with atomic_dir(final) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=untied(model, weights))
         tokenizer.save_pretrained(tmp)
         torch.save(state, tmp / STATE)
         write_json(tmp / META, {"step": step, **(meta or {})})
     return final
+
+
+def untied(model, weights: dict | None) -> dict | None:
+    """`weights` without the output head when it is tied to the input embedding: save_pretrained
+    spots tied tensors by their shared storage, which gathered copies no longer have, and would
+    write the head twice."""
+    if weights is None or not model.config.tie_word_embeddings:
+        return weights
+    head = model.get_output_embeddings()
+    name = next(n for n, m in model.named_modules() if m is head) + ".weight"
+    return {k: v for k, v in weights.items() if k != name}
 
 
 def checkpoint_meta(model_dir) -> dict | None:
@@ -74,10 +89,11 @@ def latest_checkpoint(ckpt_root) -> pathlib.Path | None:
 
 
 def publish_model(src_dir, dest) -> None:
-    """Copy a checkpoint's model files to `dest` atomically (the stage's final output)."""
+    """Copy a checkpoint's model files (not the trainer or optimizer state) to `dest` atomically
+    (the stage's final output: a Hugging Face folder that transformers and vLLM load)."""
     with atomic_dir(dest) as tmp:
         for f in pathlib.Path(src_dir).iterdir():
-            if f.name != STATE:
+            if f.name not in (STATE, OPTIM):
                 shutil.copy2(f, tmp / f.name)
 
 
@@ -131,6 +147,13 @@ def model_fingerprint(model: str) -> str:
     return h.hexdigest()[:16]
 
 
+def lineage(cfg_dict: dict) -> dict:
+    """What a run is made from: its config (less the fields that may change on resume) and its
+    starting model (`cfg_dict["model"]`)."""
+    d = {k: v for k, v in cfg_dict.items() if k not in ("threads", "resume")}
+    return {"config": config_hash(d), "model": model_fingerprint(cfg_dict["model"])}
+
+
 def lineage_changed(out_dir, lineage: dict) -> bool:
     """Whether `out_dir` holds run state made from another lineage (or from an unknown one)."""
     out = pathlib.Path(out_dir)
@@ -165,37 +188,62 @@ def check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
             f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false")
 
 
+@contextlib.contextmanager
+def _single_process_is_meant():
+    """Distributed Checkpoint warns on every save and load in a world of one; that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
+
+
 def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, state: dict,
                        meta: dict) -> pathlib.Path:
-    """An RL checkpoint: HF model files (full tensors) and the trainer's state. Sharded, every
-    rank gathers the full weights and optimizer state and rank 0 writes them (the optimizer by
-    parameter name); in a world of one the optimizer's own state dict."""
+    """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files (full tensors; sharded,
+    gathered on rank 0 in CPU memory: what evaluation and vLLM load), the optimizer state as a
+    Distributed Checkpoint (OPTIM) of which every rank writes its own shards (no rank holds all
+    of it, and it loads into any number of ranks), and the trainer's `state`, written last by
+    rank 0: the completion marker. Everything goes into one temp folder that rank 0 renames into
+    place, so a checkpoint is complete or absent (a killed run's temp folder is pruned)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
     from gspo import distributed as dist
 
-    if not world.distributed:
-        return save_checkpoint(ckpt_root, step, policy, tokenizer,
-                               {**state, "optimizer": opt.state_dict()}, meta=meta)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    weights = dist.full_state_dict(policy, world)
-    optim = get_optimizer_state_dict(policy, opt, options=StateDictOptions(full_state_dict=True))
+    final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
+    tmp = final.parent / f".{final.name}.partial"          # the same name on every rank
     if world.main:
-        save_checkpoint(ckpt_root, step, policy, tokenizer, {**state, "optimizer_full": optim},
-                        meta=meta, weights=weights)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
     dist.barrier(world)
-    return pathlib.Path(ckpt_root) / f"step_{step:06d}"
+    with _single_process_is_meant():
+        dcp.save({"optimizer": get_optimizer_state_dict(policy, opt)},
+                 checkpoint_id=tmp / OPTIM, no_dist=not world.distributed)
+    weights = dist.full_state_dict(policy, world, rank0_only=True) if world.distributed else None
+    if world.main:
+        policy.save_pretrained(tmp, safe_serialization=True, state_dict=untied(policy, weights))
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / META, {"step": step, **meta})
+        torch.save(state, tmp / STATE)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    dist.barrier(world)
+    return final
 
 
-def load_optimizer(policy, opt, st: dict, world, where) -> None:
-    """The optimizer state of a checkpoint's trainer state `st` (see save_rl_checkpoint); a run
-    resumes with the number of processes it was saved by."""
-    key = "optimizer_full" if world.distributed else "optimizer"
-    if key not in st:
-        raise TrainingError(f"{where}: saved by a world of {st.get('world_size', 1)} "
-                            "process(es); resume it with that many")
-    if not world.distributed:
-        opt.load_state_dict(st[key])
+def load_optimizer(policy, opt, ckpt_dir: pathlib.Path, st: dict) -> None:
+    """The optimizer state of checkpoint `ckpt_dir` (see save_rl_checkpoint), resharded to this
+    world's ranks; `st` is its trainer state (checkpoints written before the Distributed
+    Checkpoint format hold the optimizer's own state dict there)."""
+    if "optimizer" in st:
+        opt.load_state_dict(st["optimizer"])
         return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+                                                         set_optimizer_state_dict)
 
-    set_optimizer_state_dict(policy, opt, st[key], options=StateDictOptions(full_state_dict=True))
+    state = {"optimizer": get_optimizer_state_dict(policy, opt)}
+    with _single_process_is_meant():
+        dcp.load(state, checkpoint_id=ckpt_dir / OPTIM,
+                 no_dist=not torch.distributed.is_initialized())
+    set_optimizer_state_dict(policy, opt, state["optimizer"])

@@ -54,9 +54,9 @@ class DataSource:
 class RolloutConfig:
     engine: str = option("torch", "rollout engine: 'torch' (batched KV-cached sampling) or 'vllm'")
     device: str = option("cpu", "device of the rollout engine ('cpu', 'cuda', 'cuda:1', ...)")
-    dtype: str = option("float32", "engine precision: float32, bfloat16 or float16 (the trainer "
-                       "stays in float32: a lower engine precision is the precision-tolerance "
-                       "setting of config/precision.yaml)")
+    dtype: str = option("float32", "engine precision: float32, bfloat16 or float16 (the trainer's "
+                       "is its own `precision`; an engine below the trainer's precision is the "
+                       "precision-tolerance setting of config/precision.yaml)")
     gpu_memory_utilization: float = option(0.0, "vllm only: share of accelerator memory vLLM may "
                                           "take (0 = the engine's default, 0.3: the trainer "
                                           "shares the device)")
@@ -93,6 +93,10 @@ LOGPROB_CHUNK_HELP = (
 ACTIVATION_CHECKPOINTING_HELP = (
     "recompute each decoder layer's activations in the backward pass instead of keeping them "
     "(about a third more compute, activations of one layer at a time); dense models only")
+PRECISION_HELP = (
+    "training precision: fp32, or bf16 (bf16 parameters and compute, fp32 gradient reduction, "
+    "fp32 master weights and optimizer state; FSDP2's MixedPrecisionPolicy under torchrun, "
+    "autocast in a world of one)")
 
 
 @dataclass
@@ -121,6 +125,7 @@ class SFTConfig:
                                              "micro_batch_size; 0: off)")
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
+    precision: str = option("fp32", PRECISION_HELP)
     eval_every: int = option(100, "steps between greedy held-out checks (0: only at the end)")
     log_every: int = option(10, "steps between metric records")
     seed: int = option(0, "seed of data order")
@@ -132,6 +137,8 @@ class SFTConfig:
         for name in ("steps", "batch_size", "max_len"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
         check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
+        check(self.precision in ("fp32", "bf16"), "precision",
+              f"must be fp32 or bf16, got {self.precision!r}")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must lie in [0, 1]")
 
@@ -158,6 +165,7 @@ class RLConfig:
                                              "0: off); dense models only")
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
+    precision: str = option("fp32", PRECISION_HELP)
     lr: float = option(5e-5, "learning rate (AdamW, constant after warm-up)")
     warmup_steps: int = option(0, "linear warm-up, in rollout steps")
     weight_decay: float = option(0.0, "AdamW weight decay")
@@ -237,6 +245,8 @@ class RLConfig:
         check(self.keep_last >= 0, "keep_last", f"must be >= 0 (0: keep all), got {self.keep_last}")
         check(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
         check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
+        check(self.precision in ("fp32", "bf16"), "precision",
+              f"must be fp32 or bf16, got {self.precision!r}")
         check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
         check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",

@@ -16,6 +16,7 @@ factor is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -88,8 +89,8 @@ def decoder_layers(model) -> list[torch.nn.Module]:
 
 def shard(model, world: World, precision: str = "fp32"):
     """FSDP2 over the world: each decoder layer, then the root (gradients averaged over ranks;
-    see grad_scale). precision "bf16": bf16 parameters and compute, fp32 gradient reduction (the sharded fp32
-    parameters stay the master weights the optimizer updates)."""
+    see grad_scale). precision "bf16": bf16 parameters and compute, fp32 gradient reduction
+    (the sharded fp32 parameters stay the master weights the optimizer updates)."""
     if not world.distributed:
         return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -100,6 +101,17 @@ def shard(model, world: World, precision: str = "fp32"):
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     return model
+
+
+def compute_precision(precision: str, device: str, world: World):
+    """The context a training forward runs in. Sharded, FSDP's MixedPrecisionPolicy (see shard)
+    already casts; a world of one gets bf16 compute from autocast, its fp32 parameters staying
+    the master weights. The two bf16 paths round differently (autocast keeps some ops in fp32),
+    so bf16 numbers match across world sizes only to bf16 precision; fp32 ones to float
+    rounding."""
+    if precision == "bf16" and not world.distributed:
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def grad_scale(world: World) -> float:
@@ -126,11 +138,29 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
     return total
 
 
-def full_state_dict(model, world: World) -> dict[str, torch.Tensor]:
+def full_state_dict(model, world: World, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
     """The whole model's parameters and buffers as plain tensors, on every rank (to sync a
-    rollout engine or publish the model)."""
+    rollout engine), or with rank0_only on rank 0 alone, in CPU memory (to publish the model or
+    score it; the other ranks get an empty dict). Every rank must call it when sharded."""
     if not world.distributed:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                cpu_offload=rank0_only))
+
+
+def unsharded_copy(model, world: World):
+    """A plain (unsharded) copy of `model` on rank 0, None on the others (collective)."""
+    if not world.distributed:
+        import copy
+
+        return copy.deepcopy(model)
+    weights = full_state_dict(model, world, rank0_only=True)
+    if not world.main:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
+    plain.load_state_dict(weights)
+    return plain

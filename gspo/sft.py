@@ -2,11 +2,15 @@
 
 The periodic greedy check scores completions with a `scorer(record, completion) -> float` given
 by the caller (pipeline.sft wires in evaluators.tasks.reward): the library never knows the
-benchmarks."""
+benchmarks.
+
+Under torchrun the model is sharded (gspo.distributed) and each rank trains on its slice of the
+step's batch; every rank draws the same batch, so the loss normaliser (the batch's response
+tokens) is known without a collective and an update equals the single-process one. Rank 0 alone
+writes metrics, the checkpoint and the model, and runs the greedy check on a gathered copy."""
 
 from __future__ import annotations
 
-import copy
 import math
 import pathlib
 import time
@@ -16,8 +20,9 @@ from tqdm import tqdm
 
 from typing import Callable
 
+from gspo import distributed as dist
 from gspo.checkpoint import publish_model, run_info, save_checkpoint, write_run_info
-from gspo.config import SFTConfig, to_dict
+from gspo.config import ConfigError, SFTConfig, to_dict
 from gspo.data import Mix, encoder, micro_batches, pad_batch, sequence_logprobs, trim_padding
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
@@ -36,10 +41,13 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def initial_model(model: str, init_seed: int, work_dir: pathlib.Path):
-    """A preset name builds a fresh random model under work_dir; anything else is a path."""
+def initial_model(model: str, init_seed: int, work_dir: pathlib.Path, build: bool = True):
+    """A preset name builds a fresh random model under work_dir (build=False: loads the one
+    built there); anything else is a path."""
     if model in PRESETS:
-        path = build_tiny(model, work_dir / "init", seed=init_seed)
+        path = work_dir / "init"
+        if build:
+            build_tiny(model, path, seed=init_seed)
     else:
         path = pathlib.Path(model)
     return load_model(path)
@@ -48,10 +56,11 @@ def initial_model(model: str, init_seed: int, work_dir: pathlib.Path):
 @torch.no_grad()
 def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int,
                     scorer: Scorer) -> float:
-    """Share of records solved by greedy decoding (a quick progress signal, not the evaluation)."""
+    """Share of records solved by greedy decoding (a quick progress signal, not the evaluation);
+    `model` is an unsharded copy the check may change."""
     from gspo.rollout.torch_engine import TorchEngine
 
-    engine = TorchEngine(None, model=copy.deepcopy(model))
+    engine = TorchEngine(None, model=model)
     enc = encoder(tokenizer)
     outs = engine.generate([enc(r["prompt"]) for r in records], n=1, temperature=0.0,
                            max_new_tokens=max_new_tokens, seed=0,
@@ -61,73 +70,93 @@ def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int,
 
 
 def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
-            tracking: Tracking | None = None) -> pathlib.Path:
+            tracking: Tracking | None = None, world: dist.World = dist.World()) -> pathlib.Path:
     """Train; `scorer` (needed when cfg.eval_data is set) judges the greedy check's answers.
     SFT always starts over, so the MLflow run a previous attempt left is superseded first."""
     if cfg.eval_data and scorer is None:
         raise ValueError("run_sft: eval_data is set, so a scorer(record, completion) is needed "
                          "for the greedy check (e.g. evaluators.tasks.reward)")
-    tracking = tracking or Tracking()
-    supersede(cfg.out_dir, tracking)
+    if cfg.batch_size % world.size:
+        raise ConfigError(f"batch_size: {cfg.batch_size} does not divide by the {world.size} "
+                          "ranks (each trains on an equal slice); pick a multiple of them")
+    # only rank 0 talks to MLflow
+    tracking = (tracking or Tracking()) if world.main else Tracking()
+    if world.main:
+        supersede(cfg.out_dir, tracking)
+    dist.barrier(world)
     # MLflow run (when tracking has a URI), status FINISHED / FAILED / KILLED.
     with stage_run("sft", cfg.out_dir, commit="immediate", tracking=tracking):
-        return _run_sft(cfg, scorer)
+        return _run_sft(cfg, scorer, world)
 
 
-def _setup(cfg: SFTConfig, out: pathlib.Path):
-    """Threads, the output folder and the initial model, in training mode on its device."""
+def _setup(cfg: SFTConfig, out: pathlib.Path, world: dist.World):
+    """Threads, the output folder and the initial model, in training mode on its device and
+    sharded over the ranks (a preset is built by rank 0 first: the others load its files)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    model, tok = initial_model(cfg.model, cfg.init_seed, out)
+    if world.main:
+        model, tok = initial_model(cfg.model, cfg.init_seed, out)
+    dist.barrier(world)
+    if not world.main:
+        model, tok = initial_model(cfg.model, cfg.init_seed, out, build=False)
     model.to(cfg.device).train()
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(model)
-    return model, tok
+    return dist.shard(model, world, cfg.precision), tok
 
 
-def _update(model, opt, batch, cfg: SFTConfig) -> tuple[float, float]:
-    """One optimizer step on `batch`: the mean response-token loss, accumulated over
-    micro-batches (micro_batch_size, or max_tokens_per_micro_batch sorted and trimmed); returns
-    (loss, grad norm)."""
+def _update(model, opt, batch, cfg: SFTConfig, world: dist.World) -> tuple[float, float]:
+    """One optimizer step on the whole step's `batch` (the same on every rank; each trains on
+    its slice of rows): the mean response-token loss, accumulated over micro-batches
+    (micro_batch_size, or max_tokens_per_micro_batch sorted and trimmed); returns (loss, grad
+    norm), both of the whole batch."""
     mask = batch["target_mask"]
-    rows = torch.arange(mask.shape[0])
+    share = mask.shape[0] // world.size
+    rows = torch.arange(world.rank * share, (world.rank + 1) * share)
     micros = micro_batches(rows, batch["attention_mask"].sum(1), cfg.micro_batch_size,
                            cfg.max_tokens_per_micro_batch)
+    # FSDP's collectives need as many forward/backward passes on every rank (token budgets
+    # pack slices differently): a rank short of micro-batches runs one at weight 0
+    n_micro = int(dist.all_reduce(torch.tensor(len(micros)), world, "max"))
     opt.zero_grad(set_to_none=True)
     loss = 0.0
-    for idx in micros:
-        sub = batch if len(micros) == 1 else {k: v[idx] for k, v in batch.items()}
+    for j in range(n_micro):
+        idx = micros[j] if j < len(micros) else rows[:1]
+        sub = batch if world.size == 1 and len(micros) == 1 else {k: v[idx] for k, v in batch.items()}
         if cfg.max_tokens_per_micro_batch:
             sub = trim_padding(sub)
-        logp = sequence_logprobs(model, sub, chunk=cfg.logprob_chunk)
-        part = -(logp * sub["target_mask"]).sum() / mask.sum()
-        part.backward()
+        with dist.compute_precision(cfg.precision, cfg.device, world):
+            logp = sequence_logprobs(model, sub, chunk=cfg.logprob_chunk)
+        part = -(logp * sub["target_mask"]).sum() / mask.sum() * float(j < len(micros))
+        (part * dist.grad_scale(world)).backward()     # FSDP averages over ranks: sum them
         loss += part.item()
-    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    gnorm = dist.clip_grad_norm(params, cfg.grad_clip, world)
     opt.step()
-    return loss, gnorm.item()
+    return float(dist.all_reduce(torch.tensor(loss, dtype=torch.float64), world)), gnorm
 
 
-def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
+def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathlib.Path:
     out = pathlib.Path(cfg.out_dir)
     mix = Mix(cfg.train_data, need_solution=True)
     eval_recs = read_jsonl(cfg.eval_data)[:cfg.eval_problems] if cfg.eval_data else []
-    model, tok = _setup(cfg, out)
+    model, tok = _setup(cfg, out, world)
     enc = encoder(tok)
     eos = tok.eos_token_id
     flops = FlopCounter(model)
     max_resp = max(len(enc(r["solution"])) for _, _, recs in mix.files for r in recs) + 1
-    hashes = mix.hashes()
-    write_run_info(out, run_info(to_dict(cfg), hashes, stage="sft"))
+    if world.main:
+        write_run_info(out, run_info(to_dict(cfg), mix.hashes(), stage="sft",
+                                     world_size=world.size))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
                             weight_decay=cfg.weight_decay)
-    log = MetricsLog(out / "metrics.jsonl")
-    total_flops = 0.0
+    log = MetricsLog(out / "metrics.jsonl") if world.main else None
+    total_flops = 0.0     # of the whole batch: the sum over the ranks
     tokens = 0
     t0 = time.time()
-    bar = tqdm(range(cfg.steps), desc="sft", dynamic_ncols=True)
+    bar = tqdm(range(cfg.steps), desc="sft", dynamic_ncols=True, disable=not world.main)
     for step in bar:
         lr = lr_at(step, cfg)
         for g in opt.param_groups:
@@ -136,27 +165,33 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None) -> pathlib.Path:
         batch = pad_batch([enc(r["prompt"]) for r in recs],
                           [enc(r["solution"]) + [eos] for r in recs], tok.pad_token_id, cfg.max_len)
         batch = {k: v.to(cfg.device) for k, v in batch.items()}
-        mask = batch["target_mask"]
-        loss, gnorm = _update(model, opt, batch, cfg)
-        lengths = batch["attention_mask"].sum(1).tolist()
-        total_flops += 3 * flops.forward(lengths)
-        tokens += int(mask.sum())
+        loss, gnorm = _update(model, opt, batch, cfg, world)
+        total_flops += 3 * flops.forward(batch["attention_mask"].sum(1).tolist())
+        tokens += int(batch["target_mask"].sum())
         last = step == cfg.steps - 1
         if step % cfg.log_every == 0 or last:
             rec = {"loss": loss, "lr": lr, "grad_norm": gnorm,
                    "tokens_trained": tokens, "compute_flops": total_flops,
                    "wall_s": time.time() - t0}
             if eval_recs and ((cfg.eval_every and step and step % cfg.eval_every == 0) or last):
-                rec["greedy_accuracy"] = greedy_accuracy(model, tok, eval_recs, max_resp, scorer)
-                model.train()
-            log.log(step + 1, rec)
+                plain = dist.unsharded_copy(model, world)      # collective; rank 0 scores
+                if world.main:
+                    rec["greedy_accuracy"] = greedy_accuracy(plain, tok, eval_recs, max_resp,
+                                                             scorer)
+                del plain
+            if log is not None:
+                log.log(step + 1, rec)
             bar.set_postfix(loss=f"{rec['loss']:.3f}",
                             **({"acc": f"{rec['greedy_accuracy']:.2f}"} if "greedy_accuracy" in rec else {}))
-    ckpt = save_checkpoint(out / "checkpoints", cfg.steps, model, tok,
-                           {"step": cfg.steps, "compute_flops": total_flops},
-                           meta={"stage": "sft", "compute_flops": total_flops})
-    publish_model(ckpt, out / "model")
-    write_json(out / "summary.json", {"steps": cfg.steps, "compute_flops": total_flops,
-                                      "tokens_trained": tokens, "wall_s": time.time() - t0,
-                                      "final_loss": loss})
+    weights = dist.full_state_dict(model, world, rank0_only=True) if world.distributed else None
+    if world.main:
+        ckpt = save_checkpoint(out / "checkpoints", cfg.steps, model, tok,
+                               {"step": cfg.steps, "compute_flops": total_flops},
+                               meta={"stage": "sft", "compute_flops": total_flops},
+                               weights=weights)
+        publish_model(ckpt, out / "model")
+        write_json(out / "summary.json", {"steps": cfg.steps, "compute_flops": total_flops,
+                                          "tokens_trained": tokens, "wall_s": time.time() - t0,
+                                          "final_loss": loss, "world_size": world.size})
+    dist.barrier(world)
     return out / "model"

@@ -42,8 +42,6 @@ from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 RewardFn = Callable[[list[dict], list[str]], list[float]]
 
 
-
-
 def _prompt_seed(seed: int, step: int, prompt: int) -> int:
     """The sampling seed of the step's `prompt`-th prompt (31 bits: vLLM multiplies it by n)."""
     h = hashlib.sha256(f"rollout:{seed}:{step}:{prompt}".encode()).digest()
@@ -92,12 +90,12 @@ class Trainer:
         # the engine gets its own full copy before the policy is sharded over the ranks
         self.engine = self._make_engine(src)
         self._refuse_unsupported()
-        self.policy = dist.shard(self.policy, world)
+        self.policy = dist.shard(self.policy, world, cfg.precision)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
         if resume_from is not None:
             st = torch.load(resume_from / STATE, weights_only=False)
-            ckpt.load_optimizer(self.policy, self.opt, st, self.world, resume_from)
+            ckpt.load_optimizer(self.policy, self.opt, resume_from, st)
             self.start_step = st["step"]
             self.state = st["counters"]
         self.ref = None
@@ -177,6 +175,10 @@ class Trainer:
         self.old_routing = replay if replay is not None else hooks.routing()
         return logp, ent
 
+    def _compute(self):
+        """bf16 or fp32 compute for a training forward (gspo.distributed.compute_precision)."""
+        return dist.compute_precision(self.cfg.precision, self.cfg.device, self.world)
+
     @property
     def _replays_engine(self) -> bool:
         return self.cfg.routing_replay and self.cfg.routing_replay_source == "engine"
@@ -186,8 +188,10 @@ class Trainer:
         outs = []
         for i in range(0, batch["input_ids"].shape[0], mbs):
             sub = {k: v[i:i + mbs] for k, v in batch.items()}
-            outs.append(sequence_logprobs(self.policy, sub, self.cfg.temperature,
-                                          with_entropy=with_entropy, chunk=self.cfg.logprob_chunk))
+            with self._compute():
+                outs.append(sequence_logprobs(self.policy, sub, self.cfg.temperature,
+                                              with_entropy=with_entropy,
+                                              chunk=self.cfg.logprob_chunk))
         if with_entropy:
             return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
         return torch.cat(outs)
@@ -297,7 +301,8 @@ class Trainer:
                 replay=self.old_routing.rows(idx) if cfg.routing_replay else None,
                 record=(self.is_moe and first is not None and cfg.moe_metrics
                         and cfg.old_logprobs == "rollout"),
-                keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks:
+                keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks, \
+                self._compute():
             logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature, with_entropy=True,
                                           chunk=cfg.logprob_chunk)
         width = old_logp.shape[1]                  # a trimmed micro-batch is padded back
@@ -309,7 +314,7 @@ class Trainer:
                 first.setdefault("routing", []).append(hooks.routing(own=True))
         ref_logp = None
         if self.ref is not None:
-            with torch.no_grad():
+            with torch.no_grad(), self._compute():
                 ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature,
                                              chunk=cfg.logprob_chunk)
         loss, m = objectives.policy_loss(
@@ -464,12 +469,6 @@ class Trainer:
             ckpt.prune_checkpoints(self.ckpt_root, self.cfg.keep_last, self.cfg.keep_steps)
         return path
 
-def lineage(cfg: RLConfig) -> dict:
-    """What a run is made from: its config (less the fields that may change on resume) and its
-    starting model."""
-    d = {k: v for k, v in to_dict(cfg).items() if k not in ("threads", "resume")}
-    return {"config": ckpt.config_hash(d), "model": ckpt.model_fingerprint(cfg.model)}
-
 
 def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = None,
            restart_if_changed: bool = False, world: dist.World = dist.World()) -> pathlib.Path:
@@ -482,7 +481,7 @@ def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = No
     # only rank 0 talks to MLflow and decides whether the run starts over
     tracking = (tracking or Tracking()) if world.main else Tracking()
     if restart_if_changed and world.main:
-        lin = lineage(cfg)
+        lin = ckpt.lineage(to_dict(cfg))
         if ckpt.lineage_changed(cfg.out_dir, lin):
             print(f"rl: {cfg.out_dir} holds a run of another config or starting model: "
                   "starting over")

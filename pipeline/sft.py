@@ -1,6 +1,10 @@
 """Stage: cold-start SFT.
 
     python -m pipeline.sft --config FILE [--set key=value ...] [--tracking-uri URI ...]
+    torchrun --nproc-per-node N -m pipeline.sft --config FILE ...     # N ranks (FSDP2)
+
+Under torchrun the model is sharded and each rank trains on a slice of every step's batch (the
+numbers equal a single process's up to float rounding); rank 0 alone writes and records.
 
 The greedy held-out check scores answers with the benchmarks' own scoring
 (evaluators.tasks.reward), wired in here: the training library never imports the benchmarks.
@@ -12,13 +16,20 @@ from pipeline._cli import add_tracking_flags, config_parser, load_config, run, t
 
 
 def main(argv=None):
+    from gspo import distributed as dist
     from gspo.sft import run_sft
 
     ap = config_parser("Cold-start supervised fine-tuning on worked solutions.", "pipeline.sft")
     add_tracking_flags(ap)
     args = ap.parse_args(argv)
     cfg = load_config(SFTConfig, args)
-    print(f"sft model: {run_sft(cfg, reward, tracking=tracking_of(args))}")
+    world = dist.init(cfg.device)
+    try:
+        model = run_sft(cfg, reward, tracking=tracking_of(args), world=world)
+    finally:
+        dist.close(world)
+    if world.main:
+        print(f"sft model: {model}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,77 @@ def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_eac
 TIMING = ("time_", "wall_s")
 
 
+def _sft_config(tmp, data, out, **extra):
+    cfg = tmp / f"{out}.yaml"
+    cfg.write_text(f"model: tiny\nout_dir: {tmp / out}\ntrain_data: [{{path: {data}, weight: 1.0}}]\n"
+                   f"eval_data: {data}\neval_problems: 4\neval_every: 2\nsteps: 4\n"
+                   "batch_size: 8\nlog_every: 1\nlr: 3.0e-3\nwarmup_steps: 1\nmax_len: 160\n"
+                   # a token budget packs each rank's slice differently: the rank with fewer
+                   # micro-batches runs empty ones, as FSDP's collectives require
+                   "max_tokens_per_micro_batch: 300\nthreads: 1\n"
+                   + "".join(f"{k}: {v}\n" for k, v in extra.items()))
+    return cfg
+
+
+def _metrics(folder):
+    import json
+
+    return [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def sft_runs(tmp_path_factory):
+    """{(world size, precision): output folder} of a 4-step SFT run of the tiny preset."""
+    root = tmp_path_factory.mktemp("sft")
+    data = root / "train.jsonl"
+    write_jsonl(aime.generate(32, split="train", seed=0, difficulty="easy"), data)
+    out = {}
+    for n in (1, 2):
+        for precision in ("fp32", "bf16"):
+            name = f"sft{n}-{precision}"
+            torchrun(n, "-m", "pipeline.sft", "--config",
+                     _sft_config(root, data, name, precision=precision))
+            out[n, precision] = root / name
+    return out
+
+
+@pytest.mark.slow
+def test_sft_on_two_ranks_logs_the_metrics_and_ends_at_the_weights_of_one_rank(sft_runs):
+    from safetensors.torch import load_file
+
+    one, two = _metrics(sft_runs[1, "fp32"]), _metrics(sft_runs[2, "fp32"])
+    assert [r["step"] for r in one] == [r["step"] for r in two] == [1, 2, 3, 4]
+    for a, b in zip(one, two):
+        for k in ("loss", "grad_norm", "tokens_trained", "compute_flops", "greedy_accuracy"):
+            if k in a or k in b:
+                assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (a["step"], k)
+    assert "greedy_accuracy" in two[2] and "greedy_accuracy" in two[-1]   # rank 0 ran the check
+    w1 = load_file(str(sft_runs[1, "fp32"] / "model" / "model.safetensors"))
+    w2 = load_file(str(sft_runs[2, "fp32"] / "model" / "model.safetensors"))
+    init = load_file(str(sft_runs[1, "fp32"] / "init" / "model.safetensors"))
+    assert w1.keys() == w2.keys()
+    for k in w1:
+        assert (w2[k] - w1[k]).norm() <= 1e-5 * w1[k].norm(), k
+    assert max(float((w1[k] - init[k]).norm() / init[k].norm()) for k in w1) > 1e-2
+
+
+@pytest.mark.slow
+def test_bf16_training_computes_in_bf16_and_keeps_fp32_master_weights(sft_runs):
+    from safetensors.torch import load_file
+
+    fp32 = _metrics(sft_runs[1, "fp32"])
+    for n in (1, 2):
+        bf16 = _metrics(sft_runs[n, "bf16"])
+        # the losses follow fp32's to bf16 precision, but not exactly: compute ran in bf16
+        assert [r["loss"] for r in bf16] == pytest.approx([r["loss"] for r in fp32], rel=3e-2)
+        assert any(a["loss"] != b["loss"] for a, b in zip(bf16, fp32))
+        weights = load_file(str(sft_runs[n, "bf16"] / "model" / "model.safetensors"))
+        assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in weights.values())
+    # autocast (one rank) and FSDP's mixed precision (two) agree to bf16 precision
+    one, two = _metrics(sft_runs[1, "bf16"]), _metrics(sft_runs[2, "bf16"])
+    assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=3e-2)
+
+
 def _rl_config(tmp, model, data, out, steps=3):
     cfg = tmp / f"{out}.yaml"
     cfg.write_text(f"algorithm: gspo\nmodel: {model}\nout_dir: {tmp / out}\n"
@@ -80,6 +151,8 @@ def _rl_config(tmp, model, data, out, steps=3):
 @pytest.mark.slow
 def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_model_dir, tmp_path):
     import json
+
+    from safetensors.torch import load_file
 
     data = tmp_path / "prompts.jsonl"
     write_jsonl(aime.generate(16, split="train", seed=0, difficulty="easy"), data)
@@ -99,6 +172,22 @@ def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_mode
     assert rows[2][-1]["tokens_generated"] == rows[1][-1]["tokens_generated"] > 0
     summary = json.loads((tmp_path / "rl2" / "summary.json").read_text())
     assert summary["world_size"] == 2
+
+    # a checkpoint written by 2 ranks resumes on 1: the optimizer's Distributed Checkpoint
+    # shards are resharded on load, and the run goes on as the 1-rank run did
+    cfg = _rl_config(tmp_path, tiny_model_dir, data, "moved", steps=2)
+    torchrun(2, "-m", "pipeline.train", "--config", cfg)
+    assert (tmp_path / "moved" / "checkpoints" / "step_000002" / "optimizer" / ".metadata").is_file()
+    torchrun(1, "-m", "pipeline.train", "--config", cfg, "--set", "steps=3")
+    moved = _metrics(tmp_path / "moved")
+    assert json.loads((tmp_path / "moved" / "run_info.json").read_text())["resumed_from"].endswith(
+        "step_000002")
+    for k in (k for k in rows[1][2] if not k.startswith(TIMING)):
+        assert moved[2][k] == pytest.approx(rows[1][2][k], rel=1e-4, abs=1e-6), k
+    a = load_file(str(tmp_path / "rl1" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "moved" / "model" / "model.safetensors"))
+    for k in a:
+        assert (b[k] - a[k]).norm() <= 1e-5 * a[k].norm(), k
 
 
 def kill_all(marker: str) -> None:
