@@ -63,6 +63,9 @@ class RolloutConfig:
     max_model_len: int = option(0, "vllm only: longest prompt + response (0 = the model's "
                                "max_position_embeddings)")
     tensor_parallel_size: int = option(1, "vllm only: GPUs one engine spans")
+    sleep: bool = option(False, "vllm on CUDA only: release the engine's GPU memory while the "
+                        "trainer runs (vLLM sleep mode level 1: weights to CPU memory, KV cache "
+                        "dropped), taken back for the weight sync and the next rollouts")
 
     def __post_init__(self):
         check(self.engine in ("torch", "vllm"), "engine",
@@ -75,12 +78,14 @@ class RolloutConfig:
                f"must be >= 0 (0 = the model's), got {self.max_model_len}")
         check(self.tensor_parallel_size >= 1, "tensor_parallel_size",
                f"must be >= 1, got {self.tensor_parallel_size}")
+        check(not self.sleep or (self.engine == "vllm" and self.device.startswith("cuda")),
+              "sleep", "is vLLM's sleep mode: it needs engine: vllm and a cuda device")
 
     def vllm_options(self) -> dict:
         """The vLLM knobs, with 0 meaning 'the engine's default'."""
         return {"gpu_memory_utilization": self.gpu_memory_utilization or None,
                 "max_model_len": self.max_model_len or None,
-                "tensor_parallel_size": self.tensor_parallel_size}
+                "tensor_parallel_size": self.tensor_parallel_size, "sleep": self.sleep}
 
 
 LOGPROB_CHUNK_HELP = (
@@ -205,6 +210,10 @@ class RLConfig:
                               "over the rollout batch logs expert-activation volatility, load "
                               "balance and the aux loss (moe/* metrics); ignored for dense models")
     reward_workers: int = option(2, "parallel sandboxes scoring code-task rewards")
+    peak_flops: float = option(0.0, "peak FLOP/s of one training device at `precision` (e.g. "
+                               "989e12 for an H100's dense bf16): logs mfu_rollout, "
+                               "mfu_old_logprob and mfu_update, each phase's model FLOPs over "
+                               "its time and the devices' peak (0: not logged)")
     ckpt_every: int = option(10, "steps between checkpoints (the last step is always saved)")
     keep_last: int = option(0, "complete checkpoints kept for resuming, the newest ones (0: all); "
                             "each holds the optimizer state, ~16 bytes per parameter")
@@ -242,6 +251,7 @@ class RLConfig:
         check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
+        check(self.peak_flops >= 0, "peak_flops", f"must be >= 0 (0: no MFU), got {self.peak_flops}")
         check(self.keep_last >= 0, "keep_last", f"must be >= 0 (0: keep all), got {self.keep_last}")
         check(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
         check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")

@@ -100,3 +100,32 @@ def gap_metrics(engine_logp, old_logp, entropy, mask, first, world) -> dict:
             "logprob_gap_token_max": float(maxes[0]),
             "logprob_gap_seq_mean": seq_sum / seqs,
             "logprob_gap_seq_max": float(maxes[1])}
+
+
+def old_or_first(routing, first: dict):
+    """(MoE routing, its batch rows): the old-log-prob pass's over all rows, or in 'rollout'
+    mode (no such pass) the on-policy first minibatch's own routing over its rows."""
+    if routing is None and "routing" in first:
+        return first["routing"], first["idx"]
+    return routing, slice(None)
+
+
+def engine_routing_mismatch(engine_routing, own_old_routing, batch, first: dict) -> dict:
+    """Share of (response token, MoE layer) top-k expert sets on which the rollout engine's
+    routers and the old policy's own routers (the old-log-prob pass, or in 'rollout' mode the
+    on-policy first minibatch) disagree on the same samples: the train-inference routing
+    mismatch, e.g. from a bf16 engine beside an fp32 trainer."""
+    own, rows = old_or_first(own_old_routing, first)
+    if own is None:
+        return {}
+    v = moe.volatility(engine_routing.rows(rows), own, moe.response_positions(batch)[rows])
+    return {"moe/engine_routing_mismatch": v["moe/volatility"]} if v else {}
+
+
+def mfu(forward_flops: float, phases: dict[str, tuple[float, float]], peak: float) -> dict:
+    """Model FLOPs utilisation of each phase: {phase: (passes, seconds)} where a phase costs
+    `passes` forward passes' worth of `forward_flops` (the step's F(L) summed over every rank's
+    sequences; gspo.flops), against `peak`, the FLOP/s of all the job's devices together. A
+    phase that did not run (no passes or no time) gets no value."""
+    return {f"mfu_{name}": forward_flops * passes / (seconds * peak)
+            for name, (passes, seconds) in phases.items() if passes and seconds > 0}

@@ -84,7 +84,7 @@ class Trainer:
         self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
         self.engine_routing = None       # MoE: what the rollout engine's routers picked
         # The torch engine reports its routing on MoE models: replayed with
-        # routing_replay_source: engine, else compared with the trainer's (engine_routing_mismatch).
+        # routing_replay_source: engine, else compared with the trainer's (moe/engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
             self._replays_engine or cfg.moe_metrics)
         # the engine gets its own full copy before the policy is sharded over the ranks
@@ -127,10 +127,13 @@ class Trainer:
 
     def _make_engine(self, src):
         r = self.cfg.rollout
+        # one engine per rank, each on the rank's own GPU (gspo.rollout.vllm_engine: colocation)
+        device = (f"cuda:{self.world.local_rank}" if r.device == "cuda" and self.world.distributed
+                  else r.device)
         if r.engine == "torch":
             eng_model = copy.deepcopy(self.policy).to(dtype=getattr(torch, r.dtype))
-            return make_engine("torch", src, device=r.device, dtype=r.dtype, model=eng_model)
-        return make_engine(r.engine, src, device=r.device, dtype=r.dtype, seed=self.cfg.seed,
+            return make_engine("torch", src, device=device, dtype=r.dtype, model=eng_model)
+        return make_engine(r.engine, src, device=device, dtype=r.dtype, seed=self.cfg.seed,
                            **r.vllm_options())
 
     def lr_at(self, step: int) -> float:
@@ -383,7 +386,10 @@ class Trainer:
         t4 = time.perf_counter()
         if self.is_moe:
             moe_rec["time_moe_s"] = t4 - t3
-        self._count(batch, t4 - t0)
+        f = self._count(batch, t4 - t0)
+        mfu = step_metrics.mfu(f, {"rollout": (1, t1 - t0), "update": (3 * cfg.epochs, t3 - t2),
+                                   "old_logprob": (int(cfg.old_logprobs == "recompute"), t2 - t1)},
+                               cfg.peak_flops * self.world.size) if cfg.peak_flops else {}
         # the whole step's rollouts, in global order (a world of one: these very tensors)
         rewards = dist.all_gather_cat(rewards, self.world)
         resp_len = dist.all_gather_cat(mask.sum(1), self.world)
@@ -396,7 +402,7 @@ class Trainer:
             "skipped_updates": skipped,
             **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first, self.world),
             "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
-            **upd, **moe_rec, **self.state,
+            **upd, **moe_rec, **mfu, **self.state,
         }
 
     def _moe_record(self, batch, first) -> dict:
@@ -404,14 +410,16 @@ class Trainer:
         cfg = self.cfg
         moe_rec = self.moe_step_metrics(batch, first) if self.is_moe and cfg.moe_metrics else {}
         if self.engine_routing is not None and cfg.moe_metrics:
-            moe_rec.update(self.engine_routing_mismatch(batch, first))
+            moe_rec.update(step_metrics.engine_routing_mismatch(
+                self.engine_routing, self.own_old_routing, batch, first))
         if self.old_routing is not None:
             moe_rec["moe/routing_cache_bytes"] = self.old_routing.nbytes
         self.old_routing = self.own_old_routing = self.engine_routing = None
         return moe_rec
 
-    def _count(self, batch, seconds: float) -> None:
-        """Add the step's compute, tokens and time to the run's counters."""
+    def _count(self, batch, seconds: float) -> float:
+        """Add the step's compute, tokens and time to the run's counters; returns the step's
+        forward FLOPs over all its sequences (gspo.flops)."""
         cfg = self.cfg
         lengths = dist.all_gather_cat(batch["attention_mask"].sum(1), self.world)
         f = self.flops.forward(lengths.tolist())       # the whole step's, summed over ranks
@@ -424,6 +432,7 @@ class Trainer:
         self.state["tokens_generated"] += resp
         self.state["tokens_trained"] += resp * cfg.epochs
         self.state["wall_s"] += seconds
+        return f
 
     def moe_step_metrics(self, batch, first) -> dict:
         """MoE, after the step's updates: one no-grad pass of the updated policy over the rollout
@@ -436,29 +445,11 @@ class Trainer:
         new = h.routing()
         rec = moe.load_balance(new, batch["attention_mask"])
         rec["moe/aux_loss"] = float(h.aux_loss(batch["attention_mask"]))
-        old, rows = self._old_or_first(self.old_routing, first)
+        old, rows = step_metrics.old_or_first(self.old_routing, first)
         if old is not None:
             rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
         return rec
 
-    @staticmethod
-    def _old_or_first(routing, first):
-        """(routing, its batch rows): the old-log-prob pass's over all rows, or in 'rollout' mode
-        (no such pass) the on-policy first minibatch's own routing over its rows."""
-        if routing is None and "routing" in first:
-            return first["routing"], first["idx"]
-        return routing, slice(None)
-
-    def engine_routing_mismatch(self, batch, first) -> dict:
-        """Share of (response token, MoE layer) top-k expert sets on which the rollout engine's
-        routers and the old policy's own routers (the old-log-prob pass, or in 'rollout' mode the
-        on-policy first minibatch) disagree on the same samples: the train-inference routing
-        mismatch, e.g. from a bf16 engine beside an fp32 trainer."""
-        own, rows = self._old_or_first(self.own_old_routing, first)
-        if own is None:
-            return {}
-        v = moe.volatility(self.engine_routing.rows(rows), own, moe.response_positions(batch)[rows])
-        return {"moe/engine_routing_mismatch": v["moe/volatility"]} if v else {}
 
     def checkpoint(self, step: int) -> pathlib.Path:
         path = ckpt.save_rl_checkpoint(

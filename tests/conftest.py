@@ -20,3 +20,31 @@ def tiny_moe_model_dir(tmp_path_factory):
     from gspo.models import build_tiny
 
     return build_tiny("tiny-moe", tmp_path_factory.mktemp("models") / "tiny-moe", seed=0)
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory):
+    """A folder with train.jsonl: a small AIME-style problem space (operands 1..3, one step) that
+    100 SFT steps half learn, so that RL groups have reward variance to learn from."""
+    from evaluators import aime
+    from gspo.io import write_jsonl
+
+    d = tmp_path_factory.mktemp("toy_data")
+    write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
+                d / "train.jsonl")
+    return d
+
+
+@pytest.fixture(scope="session")
+def toy_sft_model(toy_data, tmp_path_factory):
+    """The `tiny` preset after 100 SFT steps on toy_data: RL's starting point in the tests."""
+    from evaluators.tasks import reward
+    from gspo.config import DataSource, SFTConfig
+    from gspo.sft import run_sft
+
+    out = tmp_path_factory.mktemp("toy_sft")
+    cfg = SFTConfig(model="tiny", out_dir=str(out), steps=100, batch_size=16, lr=1e-2,
+                    warmup_steps=5, train_data=[DataSource(str(toy_data / "train.jsonl"))],
+                    eval_data=str(toy_data / "train.jsonl"), eval_problems=8, eval_every=0,
+                    threads=1)
+    return run_sft(cfg, reward)

@@ -143,22 +143,22 @@ def _rl_config(tmp, model, data, out, steps=3):
     cfg = tmp / f"{out}.yaml"
     cfg.write_text(f"algorithm: gspo\nmodel: {model}\nout_dir: {tmp / out}\n"
                    f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\n"
-                   "prompts_per_step: 4\ngroup_size: 4\nminibatches: 2\nmax_new_tokens: 12\n"
+                   "prompts_per_step: 4\ngroup_size: 4\nminibatches: 2\nmax_new_tokens: 32\n"
                    "lr: 1.0e-3\nckpt_every: 2\nthreads: 1\n")
     return cfg
 
 
 @pytest.mark.slow
-def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_model_dir, tmp_path):
+def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(toy_sft_model, toy_data,
+                                                                       tmp_path):
     import json
 
     from safetensors.torch import load_file
 
-    data = tmp_path / "prompts.jsonl"
-    write_jsonl(aime.generate(16, split="train", seed=0, difficulty="easy"), data)
+    data = toy_data / "train.jsonl"     # an SFT'd model on it: rewards vary, updates move
     rows = {}
     for n in (1, 2):
-        cfg = _rl_config(tmp_path, tiny_model_dir, data, f"rl{n}")
+        cfg = _rl_config(tmp_path, toy_sft_model, data, f"rl{n}")
         torchrun(n, "-m", "pipeline.train", "--config", cfg)
         rows[n] = [json.loads(x) for x in (tmp_path / f"rl{n}" / "metrics.jsonl").read_text().splitlines()]
         assert (tmp_path / f"rl{n}" / "model" / "model.safetensors").is_file()
@@ -170,12 +170,14 @@ def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(tiny_mode
             assert two[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6), (one["step"], k)
     # the samples were the same: every rollout token generated and trained counted alike
     assert rows[2][-1]["tokens_generated"] == rows[1][-1]["tokens_generated"] > 0
+    # not vacuous: groups had reward variance, so the updates moved the weights
+    assert any(r["grad_norm"] > 0 and r["zero_variance_groups"] < 1 for r in rows[1])
     summary = json.loads((tmp_path / "rl2" / "summary.json").read_text())
     assert summary["world_size"] == 2
 
     # a checkpoint written by 2 ranks resumes on 1: the optimizer's Distributed Checkpoint
     # shards are resharded on load, and the run goes on as the 1-rank run did
-    cfg = _rl_config(tmp_path, tiny_model_dir, data, "moved", steps=2)
+    cfg = _rl_config(tmp_path, toy_sft_model, data, "moved", steps=2)
     torchrun(2, "-m", "pipeline.train", "--config", cfg)
     assert (tmp_path / "moved" / "checkpoints" / "step_000002" / "optimizer" / ".metadata").is_file()
     torchrun(1, "-m", "pipeline.train", "--config", cfg, "--set", "steps=3")
@@ -217,19 +219,18 @@ def kill_all(marker: str) -> None:
 
 @pytest.mark.slow
 def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_weights(
-        tiny_model_dir, tmp_path):
+        toy_sft_model, toy_data, tmp_path):
     import signal
     import time
 
     from safetensors.torch import load_file
 
-    data = tmp_path / "prompts.jsonl"
-    write_jsonl(aime.generate(16, split="train", seed=0, difficulty="easy"), data)
+    data = toy_data / "train.jsonl"     # an SFT'd model on it: rewards vary, updates move
     # 8 steps, checkpoints every 2: the kill lands mid-run even when this process, sharing the
     # cores with both ranks, notices the first checkpoint late
-    full = _rl_config(tmp_path, tiny_model_dir, data, "full", steps=8)
+    full = _rl_config(tmp_path, toy_sft_model, data, "full", steps=8)
     torchrun(2, "-m", "pipeline.train", "--config", full)
-    cut = _rl_config(tmp_path, tiny_model_dir, data, "cut", steps=8)
+    cut = _rl_config(tmp_path, toy_sft_model, data, "cut", steps=8)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "pipeline.train", "--config", str(cut)]
     proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
@@ -249,9 +250,32 @@ def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(toy_sft_model / "model.safetensors"))
+    assert any(not torch.equal(a[k], start[k]) for k in start)       # the run did train
     import json
 
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 9))
     info = json.loads((tmp_path / "cut" / "run_info.json").read_text())
     assert info["resumed_from"].split("step_")[-1] in ("000002", "000004", "000006")  # mid-run
+
+
+@pytest.mark.slow
+def test_two_ranks_with_a_vllm_engine_each_sample_and_train_as_one_rank(toy_sft_model, toy_data,
+                                                                         tmp_path):
+    """One vLLM engine per rank (CPU build here; on GPUs each on its rank's GPU): per-prompt
+    seeds give the same samples, and each engine's weight sync keeps its log-probs the
+    policy's."""
+    rows = {}
+    for n in (1, 2):
+        cfg = _rl_config(tmp_path, toy_sft_model, toy_data / "train.jsonl", f"vllm{n}", steps=2)
+        with open(cfg, "a") as f:
+            f.write("old_logprobs: rollout\nrollout: {engine: vllm}\n")
+        torchrun(n, "-m", "pipeline.train", "--config", cfg)
+        rows[n] = _metrics(tmp_path / f"vllm{n}")
+    for one, two in zip(rows[1], rows[2]):
+        for k in ("reward_mean", "tokens_generated", "response_length", "loss", "grad_norm"):
+            assert two[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6), (one["step"], k)
+        # step 2 samples after a weight sync on every rank: the engines hold the new policy
+        assert two["logprob_gap_token_max"] < 1e-3
+    assert rows[2][0]["grad_norm"] > 0 and rows[2][0]["zero_variance_groups"] < 1

@@ -8,12 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evaluators import aime
 from evaluators.tasks import reward, rewards
 from gspo import trainer as trainer_mod
 from gspo.checkpoint import list_checkpoints
 from gspo.config import DataSource, RLConfig, SFTConfig
-from gspo.io import write_jsonl
 from gspo.sft import run_sft
 from gspo.tracking import read_metrics
 
@@ -21,22 +19,13 @@ TIMING = {"wall_s", "time_rollout_s", "time_old_logprob_s", "time_update_s"}
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
-    # A small problem space (operands 1..3, one step) that 100 SFT steps half learn, so that
-    # RL groups have reward variance to learn from.
-    write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
-                     d / "train.jsonl")
-    return d
+def data(toy_data):
+    return toy_data
 
 
 @pytest.fixture(scope="module")
-def sft_model(data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("sft")
-    cfg = SFTConfig(model="tiny", out_dir=str(out), steps=100, batch_size=16, lr=1e-2,
-                    warmup_steps=5, train_data=[DataSource(str(data / "train.jsonl"))],
-                    eval_data=str(data / "train.jsonl"), eval_problems=8, eval_every=0, threads=1)
-    return run_sft(cfg, reward)
+def sft_model(toy_sft_model):
+    return toy_sft_model
 
 
 def rl_cfg(data, sft_model, out, **kw):
@@ -299,3 +288,24 @@ def test_sft_gradient_accumulation_changes_only_float_rounding(data, tmp_path, s
 
 def read_metrics_of(model_dir):
     return read_metrics(model_dir.parent / "metrics.jsonl")
+
+
+def test_mfu_is_each_phases_model_flops_over_its_time_and_the_devices_peak():
+    from gspo.step_metrics import mfu
+
+    # 3 forward passes of 1e12 FLOPs in 2 s on 1e12 FLOP/s: 1.5; phases that did not run: none
+    assert mfu(1e12, {"update": (3, 2.0), "old_logprob": (0, 1.0), "rollout": (1, 0.0)},
+               1e12) == {"mfu_update": 1.5}
+
+
+def test_a_run_given_the_peak_flops_logs_mfu_per_phase(data, sft_model, tmp_path):
+    peak = 1e9
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2, peak_flops=peak), rewards)
+    first, r = read_metrics(tmp_path / "metrics.jsonl")
+    # a dense step charges 1 (generation) + 1 (old log-probs) + 3 per epoch forward passes
+    f = (r["compute_flops"] - first["compute_flops"]) / (2 + 3 * 1)
+    assert r["mfu_update"] == pytest.approx(3 * f / (r["time_update_s"] * peak), rel=1e-6)
+    assert r["mfu_old_logprob"] == pytest.approx(f / (r["time_old_logprob_s"] * peak), rel=1e-6)
+    assert r["mfu_rollout"] == pytest.approx(f / (r["time_rollout_s"] * peak), rel=1e-6)
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "plain", steps=1), rewards)
+    assert not any(k.startswith("mfu") for k in read_metrics(tmp_path / "plain" / "metrics.jsonl")[0])

