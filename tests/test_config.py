@@ -69,7 +69,7 @@ def test_vllm_knobs_pass_through_with_zero_meaning_the_engines_default(tmp_path)
     cfg = load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {engine: vllm, "
                                          "gpu_memory_utilization: 0.25, tensor_parallel_size: 2}\n"))
     assert cfg.rollout.vllm_options() == {"gpu_memory_utilization": 0.25, "max_model_len": None,
-                                          "tensor_parallel_size": 2}
+                                          "tensor_parallel_size": 2, "sleep": False}
     assert RLConfig(train_data=[DataSource("a")]).rollout.vllm_options()["gpu_memory_utilization"] is None
 
 
@@ -78,6 +78,11 @@ def test_a_vllm_knob_out_of_range_names_the_field_and_the_range(tmp_path):
         load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {gpu_memory_utilization: 1.5}\n"))
     with pytest.raises(ConfigError, match=r"rollout.tensor_parallel_size: must be >= 1"):
         load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {tensor_parallel_size: 0}\n"))
+    with pytest.raises(ConfigError, match=r"rollout.sleep: is vLLM's sleep mode: it needs engine: "
+                                          r"vllm and a cuda device"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {engine: vllm, sleep: true}\n"))
+    with pytest.raises(ConfigError, match=r"precision: must be fp32 or bf16, got 'fp16'"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nprecision: fp16\n"))
 
 
 def _schema_defaults_vs(cls, node, schema, path) -> list[str]:
