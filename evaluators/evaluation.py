@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 from evaluators import codeforces, tasks
 from evaluators.metrics import aggregate, problem_metrics
-from gspo.config import check, option
-from gspo.data import encoder
+from gspo import tokens
+from gspo.config import PromptConfig, check, option
+from gspo.tokens import Codec
 from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
 
 
@@ -54,6 +55,8 @@ class EvalConfig:
     workers: int = option(1, "parallel sandboxes scoring code")
     bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
     keep_completions: bool = option(False, "keep the completions in results.jsonl")
+    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
+                                  "input (gspo.tokens); the same as the model was trained with")
 
     def __post_init__(self):
         check(self.benchmark in tasks.BENCHMARKS, "benchmark",
@@ -98,40 +101,36 @@ def score_completions(records: list[dict], completions: list[list[str]],
     return out
 
 
-def _sample(engine, tokenizer, records, *, samples, temperature, top_p, max_new_tokens, seed,
+def _sample(engine, codec: Codec, records, *, samples, temperature, top_p, max_new_tokens, seed,
             batch_prompts):
     """(texts, finish reasons, token counts) per record; chunk j of `batch_prompts` records is
     sampled with seed + j, so a run is deterministic in (records, seed, batch_prompts)."""
-    eos = tokenizer.eos_token_id
-    stop = [eos] if eos is not None else None
-    enc = encoder(tokenizer)
     texts, finish, lengths = [], [], []
     for j, start in enumerate(range(0, len(records), batch_prompts)):
         chunk = records[start:start + batch_prompts]
-        prompts = [enc(r["prompt"]) for r in chunk]
+        prompts = [codec.prompt(r["prompt"]) for r in chunk]
         groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
                                  max_new_tokens=max_new_tokens, seed=seed + j,
-                                 stop_token_ids=stop)
+                                 stop_token_ids=codec.stop_ids)
         for group in groups:
-            texts.append([tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in group])
+            texts.append([codec.decode(c.token_ids) for c in group])
             finish.append([c.finish_reason for c in group])
             lengths.append([len(c.token_ids) for c in group])
     return texts, finish, lengths
 
 
-def evaluate_records(engine, tokenizer, records: list[dict], *, samples: int = 8,
+def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int = 8,
                      temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
                      seed: int = 0, batch_prompts: int = 64, workers: int = 1,
                      keep_completions: bool = True) -> list[dict]:
     """Sample `samples` completions per record with `engine` and score them; one dict per record
-    (see the module doc for its fields). Prompts are encoded with
-    `tokenizer(prompt, add_special_tokens=False)`, generation stops on tokenizer.eos_token_id,
-    completions are decoded with skip_special_tokens=True."""
+    (see the module doc for its fields). `codec` (gspo.tokens) encodes the prompts, names the
+    stop ids and decodes the completions without special tokens."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if batch_prompts < 1:
         raise ValueError(f"batch_prompts must be >= 1, got {batch_prompts}")
-    texts, finish, lengths = _sample(engine, tokenizer, records, samples=samples,
+    texts, finish, lengths = _sample(engine, codec, records, samples=samples,
                                      temperature=temperature, top_p=top_p,
                                      max_new_tokens=max_new_tokens, seed=seed,
                                      batch_prompts=batch_prompts)
@@ -218,7 +217,7 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
             engines[key] = make_engine(cfg.engine, model, cfg.device)
         engine, tokenizer = engines[key]
         results = evaluate_records(
-            engine, tokenizer, records[cfg.benchmark], samples=cfg.samples,
+            engine, tokens.codec(tokenizer, model, cfg.prompt), records[cfg.benchmark], samples=cfg.samples,
             temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
             seed=cfg.seed, batch_prompts=cfg.batch_prompts, workers=cfg.workers,
             keep_completions=cfg.keep_completions)

@@ -88,6 +88,23 @@ class RolloutConfig:
                 "tensor_parallel_size": self.tensor_parallel_size, "sleep": self.sleep}
 
 
+@dataclass
+class PromptConfig:
+    """How a record's prompt text becomes the model's input."""
+
+    format: str = option("raw", "raw: the prompt text as it is; chat: the tokenizer's chat "
+                         "template around it (one user turn, generation prompt appended)")
+    system: str = option("", "chat only: a system prompt before the user turn ('' : none)")
+    enable_thinking: bool = option(True, "chat only: passed to the chat template (Qwen3's "
+                                   "thinking switch; other templates ignore it)")
+
+    def __post_init__(self):
+        check(self.format in ("raw", "chat"), "format",
+              f"must be raw or chat, got {self.format!r}")
+        check(self.format == "chat" or not self.system, "system",
+              "is a chat-template setting; set format: chat or leave system empty")
+
+
 LOGPROB_CHUNK_HELP = (
     "positions per chunk when computing log-probs and entropy from the final hidden states "
     "(gspo.objectives.chunked_token_logprobs): only one chunk's full-vocabulary logits are alive "
@@ -131,6 +148,8 @@ class SFTConfig:
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
     precision: str = option("fp32", PRECISION_HELP)
+    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
+                                  "input (gspo.tokens): raw text or the chat template")
     eval_every: int = option(100, "steps between greedy held-out checks (0: only at the end)")
     log_every: int = option(10, "steps between metric records")
     seed: int = option(0, "seed of data order")
@@ -171,6 +190,8 @@ class RLConfig:
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
     precision: str = option("fp32", PRECISION_HELP)
+    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
+                                  "input (gspo.tokens): raw text or the chat template")
     lr: float = option(5e-5, "learning rate (AdamW, constant after warm-up)")
     warmup_steps: int = option(0, "linear warm-up, in rollout steps")
     weight_decay: float = option(0.0, "AdamW weight decay")

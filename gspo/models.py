@@ -35,6 +35,11 @@ PRESETS: dict[str, dict] = {
     # ~3.2M parameters.
     "small": dict(arch="dense", hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=4, head_dim=32),
+    # tiny with a byte-level BPE tokenizer trained on the training texts, BOS, a ChatML chat
+    # template, two EOS ids and no pad token: the real-tokenizer path at the embedded scale.
+    "tiny-bpe": dict(arch="dense", tokenizer="bpe", hidden_size=128, intermediate_size=256,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=32),
     # 8 experts, top-2, every layer sparse: the smallest model on which routing can drift.
     "tiny-moe": dict(arch="moe", hidden_size=128, moe_intermediate_size=128, intermediate_size=256,
                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -65,6 +70,37 @@ def build_tokenizer():
     return fast
 
 
+BPE_VOCAB = 512
+# ChatML as Qwen3 writes it, after the tokenizer's BOS (as Llama-style templates put it)
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+BPE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|bos|>"]
+
+
+def build_bpe_tokenizer(corpus: list[str], vocab_size: int = BPE_VOCAB):
+    """A byte-level BPE tokenizer trained on `corpus` (deterministic for the same texts): BOS
+    put in front of every encoded text, EOS <|im_end|> (the chat turn's end), a chat template,
+    no pad token (gspo.tokens pads with EOS)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=BPE_SPECIALS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", special_tokens=[("<|bos|>", tok.token_to_id("<|bos|>"))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>",
+                                   eos_token="<|im_end|>", clean_up_tokenization_spaces=False,
+                                   additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+                                   model_max_length=_COMMON["max_position_embeddings"])
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
 def model_config(preset: str, tokenizer):
     """The transformers config object for a preset name."""
     from transformers import Qwen3Config, Qwen3MoeConfig
@@ -73,34 +109,51 @@ def model_config(preset: str, tokenizer):
         raise ValueError(f"unknown model preset {preset!r}; expected one of {sorted(PRESETS)}")
     spec = dict(PRESETS[preset])
     arch = spec.pop("arch")
+    spec.pop("tokenizer", None)
     ids = dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-               bos_token_id=None)
+               bos_token_id=tokenizer.bos_token_id)
     cls = Qwen3MoeConfig if arch == "moe" else Qwen3Config
-    return cls(**_COMMON, **spec, **ids)
+    # the vocabulary rounded up to a multiple of 64 (friendlier matmul shapes)
+    vocab = max(VOCAB_SIZE, -(-len(tokenizer) // 64) * 64)
+    return cls(**{**_COMMON, "vocab_size": vocab}, **spec, **ids)
 
 
-def build_tiny(preset: str, out_dir, seed: int = 0) -> pathlib.Path:
-    """Write a random-initialised model of `preset` plus its tokenizer to `out_dir`.
+def build_tiny(preset: str, out_dir, seed: int = 0, corpus: list[str] | None = None
+               ) -> pathlib.Path:
+    """Write a random-initialised model of `preset` plus its tokenizer to `out_dir`; a BPE
+    preset trains its tokenizer on `corpus` (the training texts) first.
 
-    The same (preset, seed) gives bit-identical weights. The directory appears complete or not at
-    all: everything is written to a sibling temp folder that is renamed into place.
+    The same (preset, seed, corpus) gives bit-identical weights. The directory appears complete
+    or not at all: everything is written to a sibling temp folder that is renamed into place.
     """
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     out = pathlib.Path(out_dir)
-    tokenizer = build_tokenizer()
+    if PRESETS.get(preset, {}).get("tokenizer") == "bpe":
+        if not corpus:
+            raise ValueError(f"preset {preset!r} trains its BPE tokenizer on the training texts: "
+                             "pass them as corpus")
+        tokenizer = build_bpe_tokenizer(corpus)
+        eos_ids = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    else:
+        tokenizer = build_tokenizer()
+        eos_ids = tokenizer.eos_token_id
     cfg = model_config(preset, tokenizer)
     # Initialise under a private RNG so building a model never disturbs the caller's stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
+        eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id)
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     return out
+
+
+# what a model directory needs for AutoTokenizer (any one of them)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def load_model(path, dtype: torch.dtype = torch.float32):
@@ -110,6 +163,9 @@ def load_model(path, dtype: torch.dtype = torch.float32):
     path = pathlib.Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                                "copy the checkpoint's tokenizer files next to its weights")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model, tokenizer

@@ -21,9 +21,10 @@ from tqdm import tqdm
 from typing import Callable
 
 from gspo import distributed as dist
+from gspo import tokens
 from gspo.checkpoint import publish_model, run_info, save_checkpoint, write_run_info
 from gspo.config import ConfigError, SFTConfig, to_dict
-from gspo.data import Mix, encoder, micro_batches, pad_batch, sequence_logprobs, trim_padding
+from gspo.data import Mix, micro_batches, pad_batch, sequence_logprobs, trim_padding
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
 from gspo.models import PRESETS, build_tiny, enable_activation_checkpointing, load_model
@@ -41,31 +42,31 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def initial_model(model: str, init_seed: int, work_dir: pathlib.Path, build: bool = True):
+def initial_model(model: str, init_seed: int, work_dir: pathlib.Path, build: bool = True,
+                  corpus: list[str] | None = None):
     """A preset name builds a fresh random model under work_dir (build=False: loads the one
-    built there); anything else is a path."""
+    built there; a BPE preset trains its tokenizer on `corpus`); anything else is a path."""
     if model in PRESETS:
         path = work_dir / "init"
         if build:
-            build_tiny(model, path, seed=init_seed)
+            build_tiny(model, path, seed=init_seed, corpus=corpus)
     else:
         path = pathlib.Path(model)
     return load_model(path)
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokenizer, records: list[dict], max_new_tokens: int,
+def greedy_accuracy(model, codec: tokens.Codec, records: list[dict], max_new_tokens: int,
                     scorer: Scorer) -> float:
     """Share of records solved by greedy decoding (a quick progress signal, not the evaluation);
     `model` is an unsharded copy the check may change."""
     from gspo.rollout.torch_engine import TorchEngine
 
     engine = TorchEngine(None, model=model)
-    enc = encoder(tokenizer)
-    outs = engine.generate([enc(r["prompt"]) for r in records], n=1, temperature=0.0,
+    outs = engine.generate([codec.prompt(r["prompt"]) for r in records], n=1, temperature=0.0,
                            max_new_tokens=max_new_tokens, seed=0,
-                           stop_token_ids=[tokenizer.eos_token_id])
-    texts = [tokenizer.decode(g[0].token_ids, skip_special_tokens=True) for g in outs]
+                           stop_token_ids=codec.stop_ids)
+    texts = [codec.decode(g[0].token_ids) for g in outs]
     return sum(scorer(r, t) for r, t in zip(records, texts)) / max(len(records), 1)
 
 
@@ -89,7 +90,7 @@ def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
         return _run_sft(cfg, scorer, world)
 
 
-def _setup(cfg: SFTConfig, out: pathlib.Path, world: dist.World):
+def _setup(cfg: SFTConfig, out: pathlib.Path, world: dist.World, mix: Mix):
     """Threads, the output folder and the initial model, in training mode on its device and
     sharded over the ranks (a preset is built by rank 0 first: the others load its files)."""
     if cfg.threads:
@@ -97,7 +98,8 @@ def _setup(cfg: SFTConfig, out: pathlib.Path, world: dist.World):
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
     if world.main:
-        model, tok = initial_model(cfg.model, cfg.init_seed, out)
+        model, tok = initial_model(cfg.model, cfg.init_seed, out, corpus=[
+            r["prompt"] + r["solution"] for _, _, recs in mix.files for r in recs])
     dist.barrier(world)
     if not world.main:
         model, tok = initial_model(cfg.model, cfg.init_seed, out, build=False)
@@ -138,15 +140,27 @@ def _update(model, opt, batch, cfg: SFTConfig, world: dist.World) -> tuple[float
     return float(dist.all_reduce(torch.tensor(loss, dtype=torch.float64), world)), gnorm
 
 
+def _check_lengths(mix: Mix, codec: tokens.Codec, max_len: int) -> int:
+    """The longest response in tokens (EOS included); a ConfigError when a prompt leaves no room
+    for a response within max_len."""
+    for path, _, recs in mix.files:
+        for r in recs:
+            n = len(codec.prompt(r["prompt"]))
+            if n >= max_len:
+                raise ConfigError(f"max_len: {max_len} leaves no room for a response after the "
+                                  f"prompt of record {r['id']!r} in {path} ({n} tokens); raise "
+                                  "max_len or drop such records")
+    return max(len(codec.response(r["solution"])) for _, _, recs in mix.files for r in recs)
+
+
 def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathlib.Path:
     out = pathlib.Path(cfg.out_dir)
     mix = Mix(cfg.train_data, need_solution=True)
     eval_recs = read_jsonl(cfg.eval_data)[:cfg.eval_problems] if cfg.eval_data else []
-    model, tok = _setup(cfg, out, world)
-    enc = encoder(tok)
-    eos = tok.eos_token_id
+    model, tok = _setup(cfg, out, world, mix)
+    codec = tokens.codec(tok, out / "init" if cfg.model in PRESETS else cfg.model, cfg.prompt)
     flops = FlopCounter(model)
-    max_resp = max(len(enc(r["solution"])) for _, _, recs in mix.files for r in recs) + 1
+    max_resp = _check_lengths(mix, codec, cfg.max_len)
     if world.main:
         write_run_info(out, run_info(to_dict(cfg), mix.hashes(), stage="sft",
                                      world_size=world.size))
@@ -154,7 +168,7 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
                             weight_decay=cfg.weight_decay)
     log = MetricsLog(out / "metrics.jsonl") if world.main else None
     total_flops = 0.0     # of the whole batch: the sum over the ranks
-    tokens = 0
+    trained = 0
     t0 = time.time()
     bar = tqdm(range(cfg.steps), desc="sft", dynamic_ncols=True, disable=not world.main)
     for step in bar:
@@ -162,21 +176,21 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
         for g in opt.param_groups:
             g["lr"] = lr
         recs = mix.sample(cfg.batch_size, seed=cfg.seed, step=step)
-        batch = pad_batch([enc(r["prompt"]) for r in recs],
-                          [enc(r["solution"]) + [eos] for r in recs], tok.pad_token_id, cfg.max_len)
+        batch = pad_batch([codec.prompt(r["prompt"]) for r in recs],
+                          [codec.response(r["solution"]) for r in recs], codec.pad_id, cfg.max_len)
         batch = {k: v.to(cfg.device) for k, v in batch.items()}
         loss, gnorm = _update(model, opt, batch, cfg, world)
         total_flops += 3 * flops.forward(batch["attention_mask"].sum(1).tolist())
-        tokens += int(batch["target_mask"].sum())
+        trained += int(batch["target_mask"].sum())
         last = step == cfg.steps - 1
         if step % cfg.log_every == 0 or last:
             rec = {"loss": loss, "lr": lr, "grad_norm": gnorm,
-                   "tokens_trained": tokens, "compute_flops": total_flops,
+                   "tokens_trained": trained, "compute_flops": total_flops,
                    "wall_s": time.time() - t0}
             if eval_recs and ((cfg.eval_every and step and step % cfg.eval_every == 0) or last):
                 plain = dist.unsharded_copy(model, world)      # collective; rank 0 scores
                 if world.main:
-                    rec["greedy_accuracy"] = greedy_accuracy(plain, tok, eval_recs, max_resp,
+                    rec["greedy_accuracy"] = greedy_accuracy(plain, codec, eval_recs, max_resp,
                                                              scorer)
                 del plain
             if log is not None:
@@ -191,7 +205,7 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
                                weights=weights)
         publish_model(ckpt, out / "model")
         write_json(out / "summary.json", {"steps": cfg.steps, "compute_flops": total_flops,
-                                          "tokens_trained": tokens, "wall_s": time.time() - t0,
+                                          "tokens_trained": trained, "wall_s": time.time() - t0,
                                           "final_loss": loss, "world_size": world.size})
     dist.barrier(world)
     return out / "model"

@@ -24,11 +24,11 @@ from tqdm import tqdm
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import moe, objectives, step_metrics
+from gspo import moe, objectives, step_metrics, tokens
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
                              STATE)
 from gspo.config import RLConfig, to_dict
-from gspo.data import (Mix, encoder, micro_batches, pad_batch, pad_to, sequence_logprobs,
+from gspo.data import (Mix, micro_batches, pad_batch, pad_to, sequence_logprobs,
                        trim_padding)
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
@@ -102,7 +102,7 @@ class Trainer:
         if cfg.kl_coef:
             self.ref, _ = load_model(cfg.model)
             self.ref.to(cfg.device).eval().requires_grad_(False)
-        self.enc = encoder(self.tok)
+        self.codec = tokens.codec(self.tok, src, cfg.prompt)
         self.flops = FlopCounter(self.policy)
         self.log = None     # only rank 0 writes the run's records
         if world.main:
@@ -149,11 +149,11 @@ class Trainer:
         mine = range(self.world.rank * share, (self.world.rank + 1) * share)
         everyone = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
         recs = [everyone[i] for i in mine]
-        prompts = [self.enc(r["prompt"]) for r in recs]
+        prompts = [self.codec.prompt(r["prompt"]) for r in recs]
         groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                                       seed=[_prompt_seed(cfg.seed, step, i) for i in mine],
-                                      stop_token_ids=[self.tok.eos_token_id],
+                                      stop_token_ids=self.codec.stop_ids,
                                       return_routing=self.want_engine_routing)
         flat_r, flat_p, flat_c, texts = [], [], [], []
         for rec, p, group in zip(recs, prompts, groups):
@@ -161,7 +161,7 @@ class Trainer:
                 flat_r.append(rec)
                 flat_p.append(p)
                 flat_c.append(c)
-                texts.append(self.tok.decode(c.token_ids, skip_special_tokens=True))
+                texts.append(self.codec.decode(c.token_ids))
         return flat_p, flat_c, torch.tensor(self.reward_fn(flat_r, texts))
 
     def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -361,7 +361,7 @@ class Trainer:
         t0 = time.perf_counter()
         prompts, comps, rewards = self.rollout(step)
         t1 = time.perf_counter()
-        batch = pad_batch(prompts, [c.token_ids for c in comps], self.tok.pad_token_id)
+        batch = pad_batch(prompts, [c.token_ids for c in comps], self.codec.pad_id)
         batch = {k: v.to(cfg.device) for k, v in batch.items()}
         mask = batch["target_mask"]
         adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)

@@ -26,9 +26,10 @@ from pipeline._cli import run
 
 DEFAULTS = EvalConfig()
 # One flag per EvalConfig setting, with its type, default and help; the benchmark and its data
-# come from --benchmarks / --data-dir, keep_completions from --no-completions.
+# come from --benchmarks / --data-dir, keep_completions from --no-completions, the prompt format
+# from --set prompt.format=chat (a nested setting).
 FLAGS = {f.name: f for f in dataclasses.fields(EvalConfig)
-         if f.name not in ("benchmark", "data", "keep_completions")}
+         if f.name not in ("benchmark", "data", "keep_completions", "prompt")}
 HINTS = typing.get_type_hints(EvalConfig)
 
 

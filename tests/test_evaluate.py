@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from gspo.tokens import Codec
+
 from evaluators import aime
 from gspo.io import write_jsonl
 from evaluators import evaluation as ev
@@ -79,9 +81,9 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
     model, tok = load_model(memorised)
     engine = make_engine("torch", memorised, model=model)
     kw = dict(samples=4, temperature=1.0, top_p=1.0, max_new_tokens=12, batch_prompts=2)
-    a = ev.evaluate_records(engine, tok, problems, seed=0, **kw)
-    b = ev.evaluate_records(engine, tok, problems, seed=0, **kw)
-    c = ev.evaluate_records(engine, tok, problems, seed=7, **kw)
+    a = ev.evaluate_records(engine, Codec(tok), problems, seed=0, **kw)
+    b = ev.evaluate_records(engine, Codec(tok), problems, seed=0, **kw)
+    c = ev.evaluate_records(engine, Codec(tok), problems, seed=7, **kw)
     assert a == b
     assert [r["completions"] for r in a] != [r["completions"] for r in c]
     for res, rec in zip(a, problems):

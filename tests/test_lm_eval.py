@@ -3,6 +3,8 @@
 import json
 
 import pytest
+
+from gspo.tokens import Codec
 import yaml
 
 from evaluators import aime
@@ -141,7 +143,7 @@ def test_lm_eval_greedy_scores_agree_with_the_harness_and_the_rollout_engine(mem
 
     # The harness's own evaluation of the same checkpoint, greedy: the same text, the same scores.
     model, tok = load_model(memorised)
-    own = ev.evaluate_records(make_engine("torch", memorised, model=model), tok, problems,
+    own = ev.evaluate_records(make_engine("torch", memorised, model=model), Codec(tok), problems,
                               samples=2, temperature=0.0, max_new_tokens=16)
     assert [r["completions"] for r in own] == [m["outputs"] for m in mine]
     assert [r["avg@n"] for r in own] == [m["avg"] for m in mine]

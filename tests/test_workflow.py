@@ -561,3 +561,21 @@ def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_sectio
     assert (report / "moe.png").stat().st_size > 0
     variants = {r["variant"]: r["baseline"] for r in csv.DictReader((report / "variants.csv").open())}
     assert variants == {"grpo-replay": "grpo", "gspo-replay": "gspo", "grpo-engine-replay": "grpo"}
+
+
+def test_one_prompt_format_reaches_sft_rl_and_evaluation():
+    from snakemake.utils import validate
+
+    cfg = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    cfg["prompt"] = {"format": "chat", "system": "Think, then answer."}
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    want = {"format": "chat", "system": "Think, then answer.", "enable_thinking": True}
+    assert vars(plan.sft_cfg.prompt) == want
+    assert all(vars(c.prompt) == want for c in plan.rl_cfgs.values())
+    assert all(c["prompt"] == want for c in plan.eval_cfgs.values())
+    cfg["eval"]["prompt"] = {"format": "raw"}          # one place only: evaluation may not differ
+    from gspo.config import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.prompt: is set by the workflow"):
+        _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)

@@ -37,8 +37,9 @@ from . import launch
 PARTS = ("sft", "rl", "test")
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 # RL fields the workflow sets itself, per run.
-RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every", "keep_steps")
-SFT_MANAGED = ("out_dir", "train_data", "eval_data")
+RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every", "keep_steps",
+              "prompt")
+SFT_MANAGED = ("out_dir", "train_data", "eval_data", "prompt")
 
 
 def dump(obj) -> str:
@@ -149,6 +150,8 @@ class Plan:
         self.data_tasks = sorted(set(self.benchmarks) | set(self.train_tasks) | set(self.rl_tasks),
                                  key=TASKS.index)
         self._check_lists()
+        # one prompt format for SFT, RL and evaluation (gspo.tokens)
+        self.prompt = dict(config.get("prompt") or {})
         self.data_cfg = self._data_config()
         self.sft_cfg = self._sft_config()
         self.rl_steps = int(config["rl"].get("steps", RLConfig.__dataclass_fields__["steps"].default))
@@ -270,7 +273,7 @@ class Plan:
             if k in d:
                 self._fail(f"sft.{k}", "is set by the workflow; leave it out")
         self._model_exists("sft.model", d.get("model", "tiny"))
-        d.update(out_dir=f"{self.base}/sft", train_data=self._mix("sft"),
+        d.update(out_dir=f"{self.base}/sft", train_data=self._mix("sft"), prompt=self.prompt,
                  eval_data=self.data_file("aime", "test") if "aime" in self.data_tasks else "")
         return self._typed(SFTConfig, d, "sft")
 
@@ -287,7 +290,7 @@ class Plan:
         d = deep_merge(d, v["rl"])
         d.update(algorithm=algorithm, seed=seed, model=f"{self.base}/sft/model",
                  out_dir=self.rl_dir(variant, seed), train_data=self._mix("rl"),
-                 ckpt_every=self.ckpt_every, keep_steps=self.nonzero_steps())
+                 ckpt_every=self.ckpt_every, keep_steps=self.nonzero_steps(), prompt=self.prompt)
         key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
         return self._typed(RLConfig, d, key)
 
@@ -295,7 +298,9 @@ class Plan:
         ev = self.config["eval"]
         common = {k: v for k, v in ev.items() if k not in TASKS}
         merged = {**common, **{k: v for k, v in (ev.get(bench) or {}).items() if v is not None}}
-        merged["benchmark"] = bench
+        if "prompt" in merged:
+            self._fail("eval.prompt", "is set by the workflow (top-level prompt); leave it out")
+        merged.update(benchmark=bench, prompt=self.prompt)
         merged["data"] = self.data_file(bench, "test")
         # typed and complete (every EvalConfig field, defaults filled in), checked before any job
         return to_dict(self._typed(EvalConfig, merged, f"eval.{bench}"))
