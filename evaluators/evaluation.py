@@ -44,7 +44,13 @@ class EvalConfig:
     data: str = option("", "JSONL of the benchmark's test records (the workflow: "
                        "results/<experiment>/data/<benchmark>_test.jsonl)")
     engine: str = option("torch", "rollout engine: torch or vllm")
-    device: str = option("cpu", "engine device")
+    device: str = option("cpu", "engine device (cpu, cuda)")
+    dtype: str = option("float32", "engine precision: float32, bfloat16 or float16")
+    tensor_parallel_size: int = option(1, "vllm only: GPUs one engine spans (a model too large "
+                                       "for one GPU)")
+    gpu_memory_utilization: float = option(0.0, "vllm only: share of GPU memory the engine may "
+                                           "take (0: 0.9 on a GPU, which evaluation has to itself)")
+    max_model_len: int = option(0, "vllm only: longest prompt + completion (0: the model's)")
     samples: int = option(8, "completions per problem (pass@1 = mean over them; n = k)")
     temperature: float = option(1.0, "sampling temperature (0: greedy)")
     top_p: float = option(1.0, "nucleus mass")
@@ -69,6 +75,16 @@ class EvalConfig:
         check(0 < self.top_p <= 1, "top_p", f"must lie in (0, 1], got {self.top_p}")
         check(self.engine in ("torch", "vllm"), "engine",
               f"must be 'torch' or 'vllm', got {self.engine!r}")
+        check(self.dtype in ("float32", "bfloat16", "float16"), "dtype",
+              f"must be float32, bfloat16 or float16, got {self.dtype!r}")
+        check(self.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1")
+        check(0 <= self.gpu_memory_utilization < 1, "gpu_memory_utilization",
+              f"must be in [0, 1) (0: the default), got {self.gpu_memory_utilization}")
+        check(self.max_model_len >= 0, "max_model_len", "must be >= 0 (0: the model's)")
+        check(self.engine == "vllm" or (self.tensor_parallel_size == 1 and
+                                        not self.gpu_memory_utilization and not self.max_model_len),
+              "tensor_parallel_size", "and gpu_memory_utilization, max_model_len are vllm "
+              "settings; set engine: vllm or leave them at their defaults")
 
 
 def load_records(path, bench: str, limit: int | None = None) -> list[dict]:
@@ -173,25 +189,33 @@ def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.9
     return out
 
 
-def make_engine(name: str, model_path, device: str = "cpu"):
-    """(engine, tokenizer) for evaluating the model directory `model_path`."""
-    from gspo.rollout import ENGINES, make_engine as make
+def make_engine(cfg: EvalConfig, model_path):
+    """(engine, tokenizer) for evaluating the model directory `model_path` as `cfg` says: its
+    engine, device, dtype and, for vLLM, tensor parallelism, memory share and length."""
+    from gspo.rollout import make_engine as make
 
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; valid: {', '.join(ENGINES)}")
-    if name == "torch":
+    if cfg.engine == "torch":
+        import torch
+
         from gspo.models import load_model
 
-        model, tokenizer = load_model(model_path)
-        return make("torch", str(model_path), device=device, model=model), tokenizer
+        model, tokenizer = load_model(model_path, dtype=getattr(torch, cfg.dtype))
+        return make("torch", str(model_path), device=cfg.device, dtype=cfg.dtype,
+                    model=model), tokenizer
     from transformers import AutoTokenizer
 
-    return make(name, str(model_path)), AutoTokenizer.from_pretrained(model_path)
+    engine = make("vllm", str(model_path), device=cfg.device, dtype=cfg.dtype, seed=cfg.seed,
+                  tensor_parallel_size=cfg.tensor_parallel_size,
+                  # evaluation has the GPU to itself (the trainer's engines share theirs)
+                  gpu_memory_utilization=cfg.gpu_memory_utilization or (
+                      0.9 if cfg.device.startswith("cuda") else None),
+                  max_model_len=cfg.max_model_len or None)
+    return engine, AutoTokenizer.from_pretrained(model_path)
 
 
 def settings_of(cfg: EvalConfig, model) -> dict:
     """What summary.json records of how the evaluation was made."""
-    return {"model": str(model), "engine": cfg.engine, "samples": cfg.samples,
+    return {"model": str(model), "engine": cfg.engine, "dtype": cfg.dtype, "samples": cfg.samples,
             "temperature": cfg.temperature, "top_p": cfg.top_p,
             "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "limit": cfg.limit or None,
             "data_dir": str(pathlib.Path(cfg.data).parent), "batch_prompts": cfg.batch_prompts}
@@ -212,9 +236,10 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
     result = {}
     for cfg in configs:
         t0 = time.time()
-        key = (cfg.engine, cfg.device)
+        key = (cfg.engine, cfg.device, cfg.dtype, cfg.tensor_parallel_size,
+               cfg.gpu_memory_utilization, cfg.max_model_len)
         if key not in engines:
-            engines[key] = make_engine(cfg.engine, model, cfg.device)
+            engines[key] = make_engine(cfg, model)
         engine, tokenizer = engines[key]
         results = evaluate_records(
             engine, tokens.codec(tokenizer, model, cfg.prompt), records[cfg.benchmark], samples=cfg.samples,

@@ -5,12 +5,12 @@ import sys
 
 import pytest
 
-from gspo.tokens import Codec
-
 from evaluators import aime
-from gspo.io import write_jsonl
 from evaluators import evaluation as ev
 from evaluators import tasks
+from gspo.config import ConfigError
+from gspo.io import write_jsonl
+from gspo.tokens import Codec
 from toys import memorise
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,3 +148,16 @@ def test_parse_benchmarks_keeps_order_and_drops_repeats():
     assert tasks.parse("cf, aime,cf") == ["cf", "aime"]
     with pytest.raises(ValueError, match="'x'"):
         tasks.parse("aime,x")
+
+
+def test_the_eval_engine_settings_reach_the_engine(memorised):
+    import torch
+
+    engine, _ = ev.make_engine(ev.EvalConfig(dtype="bfloat16"), memorised)
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    engine.close()
+    with pytest.raises(ConfigError, match="tensor_parallel_size: and gpu_memory_utilization, "
+                                          "max_model_len are vllm settings"):
+        ev.EvalConfig(tensor_parallel_size=2)
+    with pytest.raises(ConfigError, match="dtype: must be float32, bfloat16 or float16"):
+        ev.EvalConfig(dtype="int8")

@@ -141,7 +141,7 @@ def test_the_bpe_preset_trains_its_tokenizer_on_the_corpus_deterministically(tmp
 @pytest.mark.slow
 def test_the_bpe_preset_runs_sft_rl_with_vllm_and_evaluation_in_chat_format(tmp_path):
     """The real-tokenizer path end to end: BOS, a chat template, no pad token, two EOS ids;
-    vLLM (CPU build) samples the same token ids the trainer scores."""
+    vLLM (CPU build) samples the same token ids the trainer scores, and evaluates in bf16."""
     from evaluators import aime
     from evaluators.tasks import reward, rewards
     from gspo.config import DataSource, RLConfig, RolloutConfig, SFTConfig
@@ -171,9 +171,11 @@ def test_the_bpe_preset_runs_sft_rl_with_vllm_and_evaluation_in_chat_format(tmp_
     assert evaluate.main(["--model", str(sft), "--out", str(tmp_path / "eval"),
                           "--benchmarks", "aime", "--data-dir", str(tmp_path), "--samples", "2",
                           "--max-new-tokens", "24", "--set", "prompt.format=chat",
-                          "--set", "prompt.system=Answer in a box."]) == 0
+                          "--set", "prompt.system=Answer in a box.", "--engine", "vllm",
+                          "--dtype", "bfloat16"]) == 0
     summary = json.loads((tmp_path / "eval" / "aime" / "summary.json").read_text())
     assert summary["config"]["prompt"]["format"] == "chat"
+    assert summary["settings"]["engine"] == "vllm" and summary["settings"]["dtype"] == "bfloat16"
     assert summary["benchmarks"]["aime"]["n_samples"] == 8
     results = [json.loads(x) for x in (tmp_path / "eval" / "aime" / "results.jsonl").open()]
     assert not any("<|" in t for r in results for t in r.get("completions", []))
