@@ -178,3 +178,34 @@ def test_lm_eval_refuses_the_code_tasks_without_confirm_run_unsafe_code(memorise
     tm = TaskManager(include_path=str(tasks.TASKS_DIR), metadata={"data_dir": str(tmp_path)})
     with pytest.raises(ValueError, match="unsafe"):
         simple_evaluate(memorised, tm, "gspo_lcb", limit=1)
+
+
+@pytest.mark.slow
+def test_the_documented_lm_eval_command_runs_as_written(memorised, data_dir, tmp_path):
+    """evaluators/lm_eval_tasks/README.md's command, unchanged but for MODEL_DIR, from a folder
+    that holds data/ (its --metadata data_dir) and, like the repository root, evaluators/."""
+    import pathlib
+    import re
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    readme = (tasks.TASKS_DIR / "README.md").read_text()
+    block = re.search(r"^ {4}(lm_eval --model hf .*?)\n\n", readme, re.S | re.M).group(1)
+    argv = shlex.split(block.replace("\\\n", " "))
+    argv = [a.replace("MODEL_DIR", str(memorised)) for a in argv]
+    shutil.copytree(data_dir, tmp_path / "data")
+    (tmp_path / "evaluators").symlink_to(tasks.TASKS_DIR.parent)
+    lm_eval = pathlib.Path(sys.executable).parent / "lm_eval"
+    r = subprocess.run([str(lm_eval), *argv[1:]], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (results,) = (tmp_path / "out").rglob("results_*.json")
+    scores = json.loads(results.read_text())["results"]["gspo_aime"]
+    # the memorised model answers problems 0 and 2 right and 1 wrong, nearly every sample (the
+    # task samples at temperature 1)
+    assert 0.5 <= scores["avg_at_n,all_samples"] <= 2 / 3
+    (samples,) = (tmp_path / "out").rglob("samples_gspo_aime_*.jsonl")
+    logged = [json.loads(x) for x in samples.read_text().splitlines()]
+    assert len(logged) == 3 and all(len(s["resps"][0]) == 8 for s in logged)   # repeats: 8
