@@ -61,6 +61,8 @@ class EvalConfig:
     workers: int = option(1, "parallel sandboxes scoring code")
     bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
     keep_completions: bool = option(False, "keep the completions in results.jsonl")
+    protocol: str = option("", "the name of the evaluation protocol these settings follow, "
+                           "recorded with every evaluation ('': none; config/paper-protocol.yaml)")
     prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
                                   "input (gspo.tokens); the same as the model was trained with")
 
@@ -218,7 +220,8 @@ def settings_of(cfg: EvalConfig, model) -> dict:
     return {"model": str(model), "engine": cfg.engine, "dtype": cfg.dtype, "samples": cfg.samples,
             "temperature": cfg.temperature, "top_p": cfg.top_p,
             "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "limit": cfg.limit or None,
-            "data_dir": str(pathlib.Path(cfg.data).parent), "batch_prompts": cfg.batch_prompts}
+            "data_dir": str(pathlib.Path(cfg.data).parent), "batch_prompts": cfg.batch_prompts,
+            "protocol": cfg.protocol or None}
 
 
 def load_all(configs: list[EvalConfig]) -> dict[str, list[dict]]:

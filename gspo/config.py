@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -455,9 +456,29 @@ class TaskFiles:
     rl: str = option("", "RL prompts (empty: generated)")
     test: str = option("", "held-out evaluation problems (empty: generated)")
     limit: int = option(0, "keep at most this many records of each loaded file (0: all)")
+    test_start: str = option("", "lcb only: keep test problems released on or after this ISO "
+                             "date (the contamination window after the model's cut-off; '': "
+                             "no bound)")
+    test_end: str = option("", "lcb only: keep test problems released on or before this ISO "
+                           "date ('': no bound)")
 
     def __post_init__(self):
         check(self.limit >= 0, "limit", f"must be >= 0, got {self.limit}")
+        for name in ("test_start", "test_end"):
+            v = getattr(self, name)
+            check(not v or re.fullmatch(r"\d{4}-\d{2}-\d{2}", v) is not None, name,
+                  f"must be an ISO date YYYY-MM-DD, got {v!r}")
+        check(not (self.test_start and self.test_end) or self.test_start <= self.test_end,
+              "test_start", f"{self.test_start} is after test_end {self.test_end}")
+        check(not self.window or self.test, "test_start",
+              "filters a loaded test file by release date; set test to that file")
+
+    @property
+    def window(self) -> dict:
+        """The test split's release-date window as loader arguments (empty: none)."""
+        if not (self.test_start or self.test_end):
+            return {}
+        return {"start_date": self.test_start or None, "end_date": self.test_end or None}
 
 
 @dataclass
@@ -465,6 +486,11 @@ class DataFiles:
     aime: TaskFiles = option(TaskFiles(), "real AIME-style data (evaluators.aime.load)")
     lcb: TaskFiles = option(TaskFiles(), "real LiveCodeBench data (evaluators.livecodebench.load)")
     cf: TaskFiles = option(TaskFiles(), "real CodeForces data (evaluators.codeforces.load)")
+
+    def __post_init__(self):
+        for task in ("aime", "cf"):     # only LiveCodeBench records carry release dates
+            check(not getattr(self, task).window, f"{task}.test_start",
+                  "a release-date window is for lcb only (its records carry contest dates)")
 
 
 # The tasks data can be made for are the fields of DataFiles: the library never lists the

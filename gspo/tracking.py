@@ -378,6 +378,8 @@ def _log_eval_run(cl, exp: str, tags: dict, point: EvalPoint, bench: str, summar
     cfg = summary.get("config", {})
     tags = {**tags, "budget": str(point.budget), "benchmark": bench, "step": str(point.step),
             "model": summary["settings"]["model"], "eval_config_sha": _sha_text(cfg)}
+    if cfg.get("protocol"):      # a named evaluation protocol (e.g. the paper's), for filtering
+        tags["protocol"] = cfg["protocol"]
     name = f"eval-{tags['variant']}-seed{tags['seed']}-b{point.budget}-{bench}"
     rid = retry(cl.create_run, exp, tags=tags, run_name=name).info.run_id
     log_params(cl, rid, flatten(cfg))

@@ -60,9 +60,10 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
     return code_set(task, n, split=split, seed=seed, cfg=cfg)
 
 
-def loaded(task: str, source: str, limit: int) -> list[dict]:
-    """Real records of `task` from `source` through the benchmark's own loader."""
-    recs = module(task).load(source, limit=limit or None)
+def loaded(task: str, source: str, limit: int, window: dict | None = None) -> list[dict]:
+    """Real records of `task` from `source` through the benchmark's own loader (`window`: the
+    release-date bounds a LiveCodeBench test split is filtered to)."""
+    recs = module(task).load(source, limit=limit or None, **(window or {}))
     if not recs:
         raise DataError(f"{source}: no {task} records")
     return recs
@@ -75,7 +76,8 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
         real = getattr(cfg.files, task)
         for part in ("sft", "rl", "test"):
             source = getattr(real, part)
-            files[f"{task}_{part}"] = (loaded(task, source, real.limit) if source
+            window = real.window if part == "test" else None
+            files[f"{task}_{part}"] = (loaded(task, source, real.limit, window) if source
                                        else generated(task, part, cfg))
     paths = {}
     for name, recs in files.items():

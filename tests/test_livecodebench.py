@@ -444,3 +444,24 @@ def test_score_many_matches_score_one_by_one():
     assert [m["passed"] for m in many] == [False, True] * 3
     with pytest.raises(ValueError, match="completions"):
         lcb.score_many(recs, comps[:-1])
+
+
+def test_the_data_stage_keeps_only_the_windowed_test_problems_of_a_loaded_file(tmp_path):
+    from gspo.config import ConfigError, DataFiles, DataGenConfig, TaskFiles
+    from gspo.io import read_jsonl, write_jsonl
+    from pipeline import data
+
+    src = tmp_path / "lcb_release.jsonl"
+    write_jsonl(lcb.generate(60, split="test", seed=0), src)
+    cfg = DataGenConfig(out_dir=str(tmp_path / "out"), tasks=["lcb"], files=DataFiles(
+        lcb=TaskFiles(test=str(src), test_start="2024-01-01", test_end="2024-06-30")))
+    kept = read_jsonl(data.generate(cfg)["lcb_test"])
+    dates = [r["contest_date"][:10] for r in read_jsonl(src)]
+    assert len(kept) == sum("2024-01-01" <= d <= "2024-06-30" for d in dates) > 0
+    assert all("2024-01-01" <= r["contest_date"][:10] <= "2024-06-30" for r in kept)
+    with pytest.raises(ConfigError, match="test_start: must be an ISO date YYYY-MM-DD"):
+        TaskFiles(test=str(src), test_start="Oct 2024")
+    with pytest.raises(ConfigError, match="test_start: filters a loaded test file"):
+        TaskFiles(test_start="2024-10-01")
+    with pytest.raises(ConfigError, match="aime.test_start: a release-date window is for lcb"):
+        DataFiles(aime=TaskFiles(test="x.jsonl", test_start="2024-10-01"))

@@ -579,3 +579,20 @@ def test_one_prompt_format_reaches_sft_rl_and_evaluation():
 
     with pytest.raises(ConfigError, match="eval.prompt: is set by the workflow"):
         _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+
+
+def test_the_paper_protocol_preset_sets_the_papers_evaluation_in_one_place():
+    from snakemake.utils import update_config, validate
+
+    cfg = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())
+    update_config(cfg, yaml.safe_load((ROOT / "config" / "paper-protocol.yaml").read_text()))
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    ev = plan.eval_cfgs
+    assert {b: c["samples"] for b, c in ev.items()} == {"aime": 32, "lcb": 8, "cf": 8}
+    assert all(c["protocol"] == "gspo-paper-2025" and c["max_new_tokens"] == 32768
+               and c["temperature"] == 0.6 and c["top_p"] == 0.95 for c in ev.values())
+    lcb = plan.data_cfg.files.lcb
+    assert (lcb.test_start, lcb.test_end) == ("2024-10-01", "2025-02-01") and lcb.test
+    # the real-scale data stays as it was
+    assert plan.data_cfg.files.aime.test.endswith("aime_2024.jsonl")
