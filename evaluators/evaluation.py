@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from evaluators import codeforces, tasks
 from evaluators.metrics import aggregate, problem_metrics
+from gspo import distributed as dist
 from gspo import tokens
 from gspo.config import PromptConfig, check, option
 from gspo.tokens import Codec
@@ -119,13 +120,14 @@ def score_completions(records: list[dict], completions: list[list[str]],
     return out
 
 
-def _sample(engine, codec: Codec, records, *, samples, temperature, top_p, max_new_tokens, seed,
-            batch_prompts):
-    """(texts, finish reasons, token counts) per record; chunk j of `batch_prompts` records is
-    sampled with seed + j, so a run is deterministic in (records, seed, batch_prompts)."""
+def _sample(engine, codec: Codec, records, chunks: list[int], *, samples, temperature, top_p,
+            max_new_tokens, seed, batch_prompts):
+    """(texts, finish reasons, token counts) per record of the given `chunks` of
+    `batch_prompts` records; chunk j is sampled with seed + j, so a run is deterministic in
+    (records, seed, batch_prompts), whichever process samples which chunk."""
     texts, finish, lengths = [], [], []
-    for j, start in enumerate(range(0, len(records), batch_prompts)):
-        chunk = records[start:start + batch_prompts]
+    for j in chunks:
+        chunk = records[j * batch_prompts:(j + 1) * batch_prompts]
         prompts = [codec.prompt(r["prompt"]) for r in chunk]
         groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
                                  max_new_tokens=max_new_tokens, seed=seed + j,
@@ -140,21 +142,31 @@ def _sample(engine, codec: Codec, records, *, samples, temperature, top_p, max_n
 def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int = 8,
                      temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
                      seed: int = 0, batch_prompts: int = 64, workers: int = 1,
-                     keep_completions: bool = True) -> list[dict]:
+                     keep_completions: bool = True, world: dist.World = dist.World()
+                     ) -> list[dict]:
     """Sample `samples` completions per record with `engine` and score them; one dict per record
     (see the module doc for its fields). `codec` (gspo.tokens) encodes the prompts, names the
-    stop ids and decodes the completions without special tokens."""
+    stop ids and decodes the completions without special tokens.
+
+    Data-parallel under torchrun: rank r samples and scores the chunks j = r, r + N, ... (chunk
+    j keeps its seed + j) and every rank gets all the results, in record order: the same as one
+    process."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if batch_prompts < 1:
         raise ValueError(f"batch_prompts must be >= 1, got {batch_prompts}")
-    texts, finish, lengths = _sample(engine, codec, records, samples=samples,
+    n_chunks = -(-len(records) // batch_prompts)
+    chunks = list(range(world.rank, n_chunks, world.size))
+    mine = [i for j in chunks for i in range(j * batch_prompts,
+                                             min((j + 1) * batch_prompts, len(records)))]
+    texts, finish, lengths = _sample(engine, codec, records, chunks, samples=samples,
                                      temperature=temperature, top_p=top_p,
                                      max_new_tokens=max_new_tokens, seed=seed,
                                      batch_prompts=batch_prompts)
-    scores = score_completions(records, texts, workers)
+    scores = score_completions([records[i] for i in mine], texts, workers)
     out = []
-    for rec, comp, sc, fin, ln in zip(records, texts, scores, finish, lengths):
+    for i, comp, sc, fin, ln in zip(mine, texts, scores, finish, lengths):
+        rec = records[i]
         m = problem_metrics(sc)
         res = {"id": rec["id"], "task": rec["task"], "n": m["n"], "c": m["c"],
                "avg@n": m["avg@n"], "pass@k": m["pass@k"], "k": m["k"],
@@ -164,8 +176,8 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
             res["rating"] = rec["rating"]
         if keep_completions:
             res["completions"] = comp
-        out.append(res)
-    return out
+        out.append((i, res))
+    return [res for _, res in sorted(dist.gather_objects(out, world), key=lambda x: x[0])]
 
 
 def _cf_rating(results: list[dict]):
@@ -191,10 +203,14 @@ def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.9
     return out
 
 
-def make_engine(cfg: EvalConfig, model_path):
+def make_engine(cfg: EvalConfig, model_path, world: dist.World = dist.World()):
     """(engine, tokenizer) for evaluating the model directory `model_path` as `cfg` says: its
-    engine, device, dtype and, for vLLM, tensor parallelism, memory share and length."""
+    engine, device, dtype and, for vLLM, tensor parallelism, memory share and length. Under
+    torchrun, `cuda` means the rank's own GPU (one engine per GPU)."""
     from gspo.rollout import make_engine as make
+
+    if cfg.device == "cuda" and world.distributed:
+        cfg = dataclasses.replace(cfg, device=f"cuda:{world.local_rank}")
 
     if cfg.engine == "torch":
         import torch
@@ -230,10 +246,11 @@ def load_all(configs: list[EvalConfig]) -> dict[str, list[dict]]:
 
 
 def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = None,
-             checkpoint: dict | None = None) -> dict:
-    """Evaluate `model` on each benchmark config in this one process (the model and the engine
-    are loaded once), writing <out>/<bench>/ as the module doc says; `records` as load_all
-    returns them (loaded here when None). Returns {bench: summary}."""
+             checkpoint: dict | None = None, world: dist.World = dist.World()) -> dict:
+    """Evaluate `model` on each benchmark config (the model and the engine are loaded once per
+    process), writing <out>/<bench>/ as the module doc says; `records` as load_all returns them
+    (loaded here when None). Under torchrun the ranks share the sampling (evaluate_records) and
+    rank 0 writes. Returns {bench: summary}."""
     records = records if records is not None else load_all(configs)
     engines: dict = {}
     result = {}
@@ -242,23 +259,26 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
         key = (cfg.engine, cfg.device, cfg.dtype, cfg.tensor_parallel_size,
                cfg.gpu_memory_utilization, cfg.max_model_len)
         if key not in engines:
-            engines[key] = make_engine(cfg, model)
+            engines[key] = make_engine(cfg, model, world)
         engine, tokenizer = engines[key]
         results = evaluate_records(
-            engine, tokens.codec(tokenizer, model, cfg.prompt), records[cfg.benchmark], samples=cfg.samples,
-            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-            seed=cfg.seed, batch_prompts=cfg.batch_prompts, workers=cfg.workers,
-            keep_completions=cfg.keep_completions)
+            engine, tokens.codec(tokenizer, model, cfg.prompt), records[cfg.benchmark],
+            samples=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
+            workers=cfg.workers, keep_completions=cfg.keep_completions, world=world)
         summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
                    "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
                    "seconds": round(time.time() - t0, 3)}
+        result[cfg.benchmark] = summary
+        if not world.main:
+            continue
         d = pathlib.Path(out) / cfg.benchmark
         atomic_write_text(d / "results.jsonl",
                           "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
         if checkpoint is not None:
             write_json(d / "checkpoint.json", {**checkpoint, "benchmark": cfg.benchmark})
         write_json(d / "summary.json", summary)   # last: its presence says the folder is whole
-        result[cfg.benchmark] = summary
     for engine, _ in engines.values():
         engine.close()
+    dist.barrier(world)
     return result

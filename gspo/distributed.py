@@ -82,6 +82,15 @@ def barrier(world: World) -> None:
         dist.barrier()
 
 
+def gather_objects(items: list, world: World) -> list:
+    """Every rank's list of picklable `items`, concatenated in rank order, on every rank."""
+    if not world.distributed:
+        return list(items)
+    parts: list = [None] * world.size
+    dist.all_gather_object(parts, items)
+    return [x for part in parts for x in part]
+
+
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The decoder layers of a Hugging Face causal LM (Qwen3, Qwen3-MoE and alike)."""
     return list(model.get_decoder().layers)

@@ -4,6 +4,8 @@
     python -m pipeline.evaluate --model MODEL_DIR --out DIR --benchmarks aime,lcb,cf \\
         --data-dir DATA [--samples 8 --temperature 1.0 --max-new-tokens 64 ...]
 
+    torchrun --nproc-per-node N -m pipeline.evaluate ...     # N engines (one per GPU), same results
+
 `--config` takes one evaluation config per benchmark (evaluators.evaluation.EvalConfig: the
 workflow writes one per benchmark); without it, `--benchmarks` with `--data-dir` (reading
 `<data-dir>/<bench>_test.jsonl`) and the flags below make them. `--set key=value` overrides a
@@ -70,6 +72,7 @@ def configs_of(args) -> list[EvalConfig]:
 
 
 def main(argv=None) -> int:
+    from gspo import distributed as dist
     from gspo.checkpoint import checkpoint_meta
 
     args = build_parser().parse_args(argv)
@@ -85,8 +88,16 @@ def main(argv=None) -> int:
 
         torch.set_num_threads(args.threads)
     meta = checkpoint_meta(args.model)
-    summaries = evaluate(args.model, configs, args.out, records=records,
-                         checkpoint={**meta, "model": str(args.model)} if meta else None)
+    # under torchrun the ranks share the sampling (one engine each); only objects cross ranks,
+    # so gloo serves even on GPUs
+    world = dist.init("cpu")
+    try:
+        summaries = evaluate(args.model, configs, args.out, records=records, world=world,
+                             checkpoint={**meta, "model": str(args.model)} if meta else None)
+    finally:
+        dist.close(world)
+    if not world.main:
+        return 0
     for b, summary in summaries.items():
         s = summary["benchmarks"][b]
         print(f"{b}: avg@{s['samples_per_problem']}={s['avg@n']:.4f} pass@{s['k']}="

@@ -161,3 +161,26 @@ def test_the_eval_engine_settings_reach_the_engine(memorised):
         ev.EvalConfig(tensor_parallel_size=2)
     with pytest.raises(ConfigError, match="dtype: must be float32, bfloat16 or float16"):
         ev.EvalConfig(dtype="int8")
+
+
+@pytest.mark.slow
+def test_two_ranks_evaluate_as_one_process(memorised, data_dir, tmp_path):
+    """Data-parallel evaluation under torchrun: each rank samples every other chunk of
+    batch_prompts problems (with the chunk's own seed) and rank 0 writes what one process would."""
+    import pathlib
+
+    out = {}
+    for n in (1, 2):
+        r = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+             "-m", "pipeline.evaluate", "--model", str(memorised), "--out", str(tmp_path / str(n)),
+             "--benchmarks", "aime", "--data-dir", str(data_dir), "--samples", "4",
+             "--batch-prompts", "1", "--max-new-tokens", "12"],
+            env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+            timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out[n] = pathlib.Path(tmp_path / str(n) / "aime")
+    assert (out[2] / "results.jsonl").read_text() == (out[1] / "results.jsonl").read_text()
+    one, two = (json.loads((out[n] / "summary.json").read_text()) for n in (1, 2))
+    assert one["benchmarks"] == two["benchmarks"]
+    assert two["benchmarks"]["aime"]["n_problems"] == 3      # three chunks over two ranks
