@@ -12,7 +12,7 @@ import pathlib
 
 from evaluators import aime, codeforces, livecodebench
 from evaluators.tasks import module
-from gspo.config import DataGenConfig
+from gspo.data_config import DataGenConfig
 from gspo.io import DataError, write_jsonl
 from pipeline._cli import parse_config, run
 

@@ -114,7 +114,7 @@ def test_the_workflow_schema_defaults_are_the_config_dataclasses_defaults():
     import yaml
 
     from evaluators.evaluation import EvalConfig
-    from gspo.config import DataGenConfig
+    from gspo.data_config import DataGenConfig
 
     schema = yaml.safe_load((pathlib.Path(__file__).resolve().parents[1] / "workflow" /
                              "schemas" / "config.schema.yaml").read_text())

@@ -447,7 +447,8 @@ def test_score_many_matches_score_one_by_one():
 
 
 def test_the_data_stage_keeps_only_the_windowed_test_problems_of_a_loaded_file(tmp_path):
-    from gspo.config import ConfigError, DataFiles, DataGenConfig, TaskFiles
+    from gspo.config import ConfigError
+    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
     from gspo.io import read_jsonl, write_jsonl
     from pipeline import data
 
