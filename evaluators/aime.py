@@ -17,8 +17,10 @@ alike; `score_answer(completion, answer)` is the same decision as 0.0 / 1.0):
 
 1. The answer is the content of the last brace-matched `\\boxed{...}` (`last_boxed`). Documented
    fallbacks, tried only when there is no `\\boxed{...}` at all: the last `\\fbox{...}`, then TeX's
-   brace-less `\\boxed N` (the token after the space). There is deliberately no "last number in the
-   text" fallback: a reward must not pay for unboxed guesses.
+   brace-less `\\boxed N` (the token after the space), then the last line of the form `Answer: X`
+   (DAPO-Math's convention, case-insensitive, at the start of a line, optionally `Final Answer:`
+   and markdown bold; surrounding `$` and a trailing full stop are dropped). There is deliberately
+   no "last number in the text" fallback: a reward must not pay for unguided guesses.
 2. Cheap path first: if the content is a plain integer (optionally `$`-wrapped, with leading zeros,
    thousands commas or a `.0` tail: `012`, `1,000`, `12.0`) it is compared as an integer.
 3. Otherwise math-verify decides (`parse` both sides, `verify(gold, prediction)`, gold first), e.g.
@@ -36,9 +38,11 @@ import hashlib
 import pathlib
 import random
 import re
+import sys
 import threading
 from typing import Iterable, Sequence
 
+from evaluators import math_sources
 from gspo.io import DataError
 
 TASK = "aime"
@@ -172,16 +176,31 @@ def last_boxed(text: str) -> str | None:
 
 
 _BOXED_SPACE = re.compile(r"\\boxed +([^\s$]+)")
+_ANSWER_LINE = re.compile(r"^[ \t>*_#]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*(.*?)[ \t*_]*$",
+                          re.IGNORECASE | re.MULTILINE)
+
+
+def answer_line(text: str) -> str | None:
+    """The X of the last `Answer: X` line (DAPO-Math's convention; see module doc), or None."""
+    m = list(_ANSWER_LINE.finditer(text))
+    got = m[-1].group(1).strip() if m else ""
+    got = got.rstrip(".").strip()
+    if len(got) > 1 and got.startswith("$") and got.endswith("$"):
+        got = got.strip("$").strip()
+    return got or None
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer's text: last `\\boxed{...}`, else last `\\fbox{...}`, else `\\boxed N`."""
+    """The final answer's text: last `\\boxed{...}`, else last `\\fbox{...}`, else `\\boxed N`,
+    else the last `Answer: X` line."""
     got = last_boxed(text)
     if got is None:
         got = _braced_after(text, "\\fbox")
     if got is None:
         m = list(_BOXED_SPACE.finditer(text))
         got = m[-1].group(1) if m else None
+    if got is None:
+        got = answer_line(text)
     return got
 
 
@@ -316,10 +335,16 @@ def _dataset(src: str, split: str, name: str | None, cache_dir):
                                 f"expected one of {sorted(_BUILDERS)}")
             return datasets.load_dataset(builder, data_files=str(path), split="train",
                                          cache_dir=cache_dir)
+        if src in math_sources.HUB_CONFIGS and name is None:   # every config, concatenated
+            return math_sources.hub_rows(
+                lambda n, c, split: datasets.load_dataset(n, c, split=split, cache_dir=cache_dir),
+                src)
         return datasets.load_dataset(src, name, split=split, cache_dir=cache_dir)
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001 - one line naming the source, whatever went wrong
+        if not path.exists() and math_sources.looks_offline(e):
+            raise DataError(math_sources.offline_message(src)) from None
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DataError(f"{src}: cannot load AIME data ({type(e).__name__}: {msg})") from None
 
@@ -358,31 +383,69 @@ def _record(row: dict, i: int, src: str, stem: str) -> dict:
     return rec
 
 
+def _plain_rows(ds, src: str):
+    """The layout of `ds` (math_sources.layout_of) and its (index, plain row or None, why skipped)
+    triples, lazily."""
+    cols = getattr(ds, "column_names", None)
+    if cols is None:
+        cols = list(ds[0]) if len(ds) else []
+    layout = math_sources.layout_of(cols)
+
+    def rows():
+        for i, row in enumerate(ds):
+            where = f"{src}: row {i + 1}"
+            if layout == "dapo":
+                yield i, math_sources.dapo_row(row, where), None
+            elif layout == "openr1":
+                got = math_sources.openr1_row(row, where)
+                yield i, got, None if got else "with no generation that math-verify found correct"
+            else:
+                yield i, row, None
+    return layout, rows()
+
+
 def load(source, *, split: str = "train", name: str | None = None, limit: int | None = None,
-         cache_dir=None) -> list[dict]:
+         cache_dir=None, integer_only: bool = False) -> list[dict]:
     """Records of real AIME-style data, read through `datasets`.
 
     `source` is a local .json/.jsonl/.parquet/.csv file (or a folder `datasets` can read), or a
-    hub dataset name (with config `name` and `split`; e.g. "Maxwell-Jia/AIME_2024", split "train").
-    Field spellings of public copies are accepted (`problem`/`Problem`/`question`,
-    `answer`/`Answer`, `id`/`ID`, `year`, `solution`). Each record gets the project's shape:
-    id, task="aime", prompt (`format_prompt`), problem, answer (an int when it is written as one),
-    solution (the source's worked solution, ending in `\\boxed{answer}`; just the box when the
-    source has none) and, when present, year. A row missing a problem or answer raises
-    gspo.io.DataError naming the source, the row and the field.
+    hub dataset name (with config `name` and `split`; e.g. "HuggingFaceH4/aime_2024", split
+    "train"; "opencompass/AIME2025" reads both its configs' test splits). Field spellings of public
+    copies are accepted (`problem`/`Problem`/`question`, `answer`/`Answer`, `id`/`ID`, `year`,
+    `solution`), and so are DAPO-Math-17k's and OpenR1-Math-220k's layouts (evaluators.math_sources
+    says what is taken from each). Each record gets the project's shape: id, task="aime", prompt
+    (`format_prompt`), problem, answer (an int when it is written as one, else its text, which
+    scoring hands to math-verify), solution (the source's worked solution, ending in
+    `\\boxed{answer}`; just the box when the source has none) and, when present, year.
+    A row missing a problem or answer raises gspo.io.DataError naming the source, the row and the
+    field. Rows that give no record (OpenR1 without a verified generation, DAPO's repeats, and with
+    `integer_only` answers that are not integers) are skipped, counted, and the counts written as
+    one line on stderr. `limit` counts records kept.
     """
     src = str(source)
     ds = _dataset(src, split, name, cache_dir)
     path = pathlib.Path(src)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.stem if path.suffix else src)
+    layout, rows = _plain_rows(ds, src)
     out: list[dict] = []
     seen: set[str] = set()
-    for i, row in enumerate(ds):
+    skipped: dict[str, int] = {}
+    for i, row, why in rows:
         if limit is not None and len(out) >= limit:
             break
-        rec = _record(row, i, src, stem)
-        if rec["id"] in seen:
-            raise DataError(f"{src}: row {i + 1}: duplicate problem id {rec['id']!r}")
+        rec = _record(row, i, src, stem) if row is not None else None
+        if rec is not None and integer_only and not isinstance(rec["answer"], int):
+            why, rec = "without an integer answer", None
+        if rec is not None and rec["id"] in seen:
+            if layout != "dapo":
+                raise DataError(f"{src}: row {i + 1}: duplicate problem id {rec['id']!r}")
+            why, rec = "repeating an earlier problem (same extra_info.index)", None
+        if rec is None:
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
         seen.add(rec["id"])
         out.append(rec)
+    if skipped:
+        print(f"{src}: skipped " + "; ".join(f"{n} rows {why}" for why, n in skipped.items()),
+              file=sys.stderr)
     return out

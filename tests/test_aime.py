@@ -1,4 +1,5 @@
 import json
+import pathlib
 import threading
 
 import pytest
@@ -208,3 +209,187 @@ def test_loader_refuses_an_unknown_file_type_and_an_unreadable_source(tmp_path):
     with pytest.raises(DataError) as e:
         aime.load(tmp_path / "missing-folder" / "nothing", cache_dir=tmp_path / "cache")
     assert "\n" not in str(e.value) and "missing-folder" in str(e.value) and "not found" in str(e.value)
+
+
+# -- the public math datasets' published layouts (tests/fixtures/aime, made by make_fixtures.py) -
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "aime"
+
+
+def rewrite_parquet(src, dst, change):
+    """`src`'s rows, with `change(rows)` applied, written to `dst` with `src`'s own schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(src)
+    rows = table.to_pylist()
+    change(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), dst)
+    return dst
+
+
+def test_aime24_hf_h4_parquet_loads_as_published(tmp_path):
+    recs = aime.load(FIXTURES / "aime_2024.parquet", cache_dir=tmp_path / "cache")
+    assert [r["id"] for r in recs] == ["aime-2024-60", "aime-2024-61", "aime-2024-62"]
+    assert [r["answer"] for r in recs] == [204, 33, 32]
+    assert recs[0]["prompt"] == aime.make_prompt("Find $x$ if $x + 1 = 205$.")
+    assert recs[0]["solution"] == "So $x = \\boxed{204}$."
+    assert recs[1]["solution"] == "It is 33.\n\\boxed{33}"
+    assert all(r["task"] == "aime" and r["year"] == "2024" for r in recs)
+
+
+def test_aime25_opencompass_jsonl_loads_question_and_answer(tmp_path):
+    recs = aime.load(FIXTURES / "aime2025-I.jsonl", cache_dir=tmp_path / "cache")
+    assert [r["id"] for r in recs] == [f"aime-aime2025-I-{i:05d}" for i in range(3)]
+    assert [r["answer"] for r in recs] == [70, 56, 6]
+    assert recs[0]["prompt"] == aime.make_prompt("Find the sum of 40 and 30.")
+
+
+def test_aime25_by_hub_name_reads_and_concatenates_both_configs(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake(name, config, split, cache_dir=None):
+        calls.append((name, config, split))
+        return [{"question": f"{config} q{k}", "answer": str(k)} for k in (1, 2)]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    recs = aime.load("opencompass/AIME2025")
+    assert calls == [("opencompass/AIME2025", "AIME2025-I", "test"),
+                     ("opencompass/AIME2025", "AIME2025-II", "test")]
+    assert [r["id"] for r in recs] == ["aime-AIME2025-I-01", "aime-AIME2025-I-02",
+                                       "aime-AIME2025-II-01", "aime-AIME2025-II-02"]
+    assert recs[2]["problem"] == "AIME2025-II q1" and recs[3]["answer"] == 2
+
+
+def test_a_hub_dataset_out_of_reach_is_one_line_saying_what_to_download(monkeypatch):
+    import datasets
+
+    def offline(*a, **k):
+        raise ConnectionError("Couldn't reach 'opencompass/AIME2025' on the Hub "
+                              "(LocalEntryNotFoundError)\nmore")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError) as e:
+        aime.load("opencompass/AIME2025")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("opencompass/AIME2025 (configs AIME2025-I, AIME2025-II): not in the local")
+    assert "huggingface-cli download opencompass/AIME2025 --repo-type dataset" in msg
+    assert "data.files" in msg
+
+
+def test_dapo_math_parquet_gives_the_bare_problem_and_the_ground_truth(tmp_path, capsys):
+    recs = aime.load(FIXTURES / "dapo_math_17k.parquet", cache_dir=tmp_path / "cache")
+    assert [r["id"] for r in recs] == ["aime-dapo-a1b2c3d4-0001", "aime-dapo-a1b2c3d4-0002",
+                                       "aime-dapo-a1b2c3d4-0003"]
+    assert [r["answer"] for r in recs] == [34, 11, 4]
+    assert recs[0]["problem"] == "What is $6 + 28$?"       # DAPO's Answer: wrapper is stripped
+    assert recs[0]["prompt"] == aime.make_prompt("What is $6 + 28$?")
+    assert recs[0]["solution"] == "\\boxed{34}"
+    skips = [ln for ln in capsys.readouterr().err.splitlines() if "skipped" in ln]
+    assert skips == [f"{FIXTURES / 'dapo_math_17k.parquet'}: skipped 1 rows repeating an earlier "
+                     "problem (same extra_info.index)"]
+
+
+def test_dapo_user_content_without_the_wrapper_is_kept_whole():
+    from evaluators import math_sources
+
+    row = {"prompt": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": "  What is 1+1?  "}],
+           "reward_model": {"ground_truth": "2", "style": "rule"}, "extra_info": {"index": "7"}}
+    assert math_sources.dapo_row(row, "f: row 1") == {"problem": "What is 1+1?", "answer": "2",
+                                                      "id": "dapo-7"}
+
+
+def test_integer_only_skips_and_counts_rows_whose_answer_is_not_an_integer(tmp_path, capsys):
+    f = write_jsonl(tmp_path / "mixed.jsonl", [
+        {"problem": "a", "answer": "12"}, {"problem": "b", "answer": "\\frac{1}{2}"},
+        {"problem": "c", "answer": "x=3"}, {"problem": "d", "answer": "5"}])
+    recs = aime.load(f, integer_only=True, cache_dir=tmp_path / "cache")
+    assert [r["answer"] for r in recs] == [12, 5]
+    assert "skipped 2 rows without an integer answer" in capsys.readouterr().err
+    assert len(aime.load(f, cache_dir=tmp_path / "cache")) == 4   # kept by default
+
+
+def test_openr1_takes_the_first_verified_generation_and_skips_rows_with_none(tmp_path, capsys):
+    recs = aime.load(FIXTURES / "openr1_math_220k.parquet", cache_dir=tmp_path / "cache")
+    assert [r["id"] for r in recs] == ["aime-openr1-0f1e-01", "aime-openr1-0f1e-02",
+                                       "aime-openr1-0f1e-04"]
+    assert recs[0]["solution"] == "<think>10-3=7</think>\n$\\boxed{7}$."   # the 2nd, verified one
+    assert recs[0]["answer"] == 7 and recs[0]["prompt"] == aime.make_prompt("Solve $x + 3 = 10$.")
+    assert recs[2]["answer"] == "\\frac{1}{2}"
+    assert all(aime.score_answer(r["solution"], r["answer"]) == 1.0 for r in recs)
+    assert "skipped 1 rows with no generation that math-verify found correct" in \
+        capsys.readouterr().err
+    got = aime.load(FIXTURES / "openr1_math_220k.parquet", integer_only=True, limit=2,
+                    cache_dir=tmp_path / "cache")
+    assert [r["answer"] for r in got] == [7, 144]
+
+
+def _drop_truth(rows):
+    rows[1]["reward_model"]["ground_truth"] = None
+
+
+def _drop_user(rows):
+    rows[1]["prompt"] = []
+
+
+def _drop_generations(rows):
+    rows[1]["generations"] = None
+
+
+def _drop_problem(rows):
+    rows[1]["problem"] = None
+
+
+@pytest.mark.parametrize("fixture,change,field", [
+    ("dapo_math_17k.parquet", _drop_truth, "reward_model.ground_truth"),
+    ("dapo_math_17k.parquet", _drop_user, "prompt[role=user].content"),
+    ("openr1_math_220k.parquet", _drop_generations, "generations"),
+    ("openr1_math_220k.parquet", _drop_problem, "problem"),
+    ("aime_2024.parquet", _drop_problem, "problem")])
+def test_a_published_layout_row_missing_a_field_is_one_line_naming_file_row_and_field(
+        tmp_path, fixture, change, field):
+    f = rewrite_parquet(FIXTURES / fixture, tmp_path / fixture, change)
+    with pytest.raises(DataError) as e:
+        aime.load(f, cache_dir=tmp_path / "cache")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{f}: row 2: ") and f"'{field}'" in msg
+
+
+def test_a_corrupt_parquet_is_one_line_naming_the_file(tmp_path):
+    f = tmp_path / "dapo.parquet"
+    f.write_bytes((FIXTURES / "dapo_math_17k.parquet").read_bytes()[:300])
+    with pytest.raises(DataError) as e:
+        aime.load(f, cache_dir=tmp_path / "cache")
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"{f}: cannot load AIME data")
+
+
+# -- the "Answer: X" line (DAPO-Math's convention), a fallback when nothing is boxed -------------
+
+@pytest.mark.parametrize("completion,answer,expected", [
+    ("6 + 28 = 34.\nAnswer: 34", 34, 1.0),
+    ("Some work.\n\nAnswer: $34$", 34, 1.0),
+    ("**Answer:** 34.", 34, 1.0),
+    ("work\nFinal Answer: 034\n", 34, 1.0),
+    ("answer: \\frac{1}{2}", "\\frac{1}{2}", 1.0),
+    ("Answer: 1/2", "\\frac{1}{2}", 1.0),
+    ("Answer: 33\nhmm, no.\nAnswer: 35", 34, 0.0),           # the last Answer line counts
+    ("Answer: 33\nhmm, no.\nAnswer: 34", 34, 1.0),
+    ("Answer: 33\nso \\boxed{34}", 34, 1.0),                 # a box wins over the Answer line
+    ("\\boxed{33}\nAnswer: 34", 34, 0.0),
+    ("The answer: 34", 34, 0.0),                              # not at the start of a line
+    ("Answer:\n34", 34, 0.0),                                 # nothing on the Answer line
+    ("I think it is 34", 34, 0.0),
+])
+def test_score_reads_the_answer_line_when_there_is_no_box(completion, answer, expected):
+    assert aime.score_answer(completion, answer) == expected
+    assert aime.score({"answer": answer}, completion)["passed"] is (expected == 1.0)
+
+
+def test_the_answer_line_text_drops_dollars_and_a_full_stop():
+    assert aime.extract_answer("x\nAnswer: $\\frac{3}{4}$.") == "\\frac{3}{4}"
+    assert aime.answer_line("no answer here") is None
