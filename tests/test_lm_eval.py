@@ -181,25 +181,26 @@ def test_lm_eval_refuses_the_code_tasks_without_confirm_run_unsafe_code(memorise
 
 
 @pytest.mark.slow
-def test_the_documented_lm_eval_command_runs_as_written(memorised, data_dir, tmp_path):
-    """evaluators/lm_eval_tasks/README.md's command, unchanged but for MODEL_DIR, from a folder
-    that holds data/ (its --metadata data_dir) and, like the repository root, evaluators/."""
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_the_documented_lm_eval_commands_run_as_written(memorised, data_dir, tmp_path, backend):
+    """evaluators/lm_eval_tasks/README.md's CPU commands (hf, and vllm through the CPU build's
+    metadata alias), unchanged but for MODEL_DIR, run by bash from a folder that holds data/
+    (their --metadata data_dir) and, like the repository root, evaluators/."""
+    import os
     import pathlib
     import re
-    import shlex
     import shutil
     import subprocess
     import sys
 
     readme = (tasks.TASKS_DIR / "README.md").read_text()
-    block = re.search(r"^ {4}(lm_eval --model hf .*?)\n\n", readme, re.S | re.M).group(1)
-    argv = shlex.split(block.replace("\\\n", " "))
-    argv = [a.replace("MODEL_DIR", str(memorised)) for a in argv]
+    start = {"hf": "lm_eval --model hf ", "vllm": "VLLM_CPU_KVCACHE_SPACE=1 "}[backend]
+    block = re.search(rf"^ {{4}}({re.escape(start)}.*?)\n\n", readme, re.S | re.M).group(1)
     shutil.copytree(data_dir, tmp_path / "data")
     (tmp_path / "evaluators").symlink_to(tasks.TASKS_DIR.parent)
-    lm_eval = pathlib.Path(sys.executable).parent / "lm_eval"
-    r = subprocess.run([str(lm_eval), *argv[1:]], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=600)
+    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", "-c", block.replace("MODEL_DIR", str(memorised))], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     (results,) = (tmp_path / "out").rglob("results_*.json")
     scores = json.loads(results.read_text())["results"]["gspo_aime"]
