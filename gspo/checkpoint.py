@@ -11,8 +11,10 @@ import os
 import pathlib
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import warnings
 
 import torch
@@ -196,6 +198,28 @@ def _single_process_is_meant():
         yield
 
 
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGTERM and SIGINT that arrive inside take effect when it ends (re-sent to this process,
+    so whatever handler was installed runs then). A checkpoint being written finishes first,
+    and no library sees the exception a handler raises: Distributed Checkpoint catches it
+    inside its writer and re-raises a CheckpointException, which turned a KILLED run into a
+    FAILED one with exit status 1."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum))
+           for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if got:
+            signal.raise_signal(got[0])
+
+
 def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, state: dict,
                        meta: dict) -> pathlib.Path:
     """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files (full tensors; sharded,
@@ -203,7 +227,13 @@ def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, stat
     Distributed Checkpoint (OPTIM) of which every rank writes its own shards (no rank holds all
     of it, and it loads into any number of ranks), and the trainer's `state`, written last by
     rank 0: the completion marker. Everything goes into one temp folder that rank 0 renames into
-    place, so a checkpoint is complete or absent (a killed run's temp folder is pruned)."""
+    place, so a checkpoint is complete or absent (a killed run's temp folder is pruned). A stop
+    signal arriving meanwhile takes effect once it is written (signals_deferred)."""
+    with signals_deferred():
+        return _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta)
+
+
+def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 

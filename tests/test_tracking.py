@@ -229,3 +229,20 @@ def test_config_params_are_flattened_with_dotted_keys():
     assert flat == {"lr": "5e-05", "rollout.engine": "torch", "eps_low": "null",
                     "train_data.0.path": "a.jsonl", "train_data.0.weight": "1.0",
                     "sft_steps": "[1, 2]"}
+
+
+def test_a_stop_signal_during_a_checkpoint_write_takes_effect_after_it():
+    import os
+
+    from gspo.checkpoint import signals_deferred
+    from gspo.tracking import Terminated, terminate_as_exception
+
+    done = []
+    with pytest.raises(Terminated) as e, terminate_as_exception():
+        with signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)            # the handler would have run here
+            done.append("written")     # ... yet the write completes
+    assert done == ["written"] and e.value.code == 128 + signal.SIGTERM
+    with signals_deferred():           # nothing received: nothing re-sent
+        pass
