@@ -449,3 +449,15 @@ def load(source, *, split: str = "train", name: str | None = None, limit: int | 
         print(f"{src}: skipped " + "; ".join(f"{n} rows {why}" for why, n in skipped.items()),
               file=sys.stderr)
     return out
+
+
+def load_sft(source, *, limit: int | None = None, **kwargs) -> list[dict]:
+    """SFT records: `load`'s, whose `solution` is the source's worked solution (OpenR1-Math: its
+    first verified reasoning trace). A source whose rows carry no worked solution (only answers,
+    like the AIME sets) would train on a bare `\\boxed{answer}`: that raises DataError."""
+    recs = load(source, limit=limit, **kwargs)
+    bare = [r["id"] for r in recs if r["solution"].strip() == f"\\boxed{{{r['answer']}}}"]
+    if recs and len(bare) == len(recs):
+        raise DataError(f"{source}: no worked solutions (every record's solution is just its "
+                        "boxed answer); SFT needs a set with solutions, e.g. OpenR1-Math")
+    return recs

@@ -191,8 +191,6 @@ def filter_by_date(records: Iterable[dict], start_date=None, end_date=None) -> l
 # ---------------------------------------------------------------------------------------------
 # Loading real LiveCodeBench records
 
-# Loading real LiveCodeBench records
-
 def format_prompt(record: dict) -> str:
     """LiveCodeBench's code-generation instruction for a real record."""
     q = record.get("question_content", "")
@@ -274,6 +272,42 @@ def load(source, *, split: str = "test", version: str | None = None, start_date=
     recs = filter_by_date(recs, start_date, end_date)
     return recs[:limit] if limit is not None else recs
 
+
+SFT_FIELDS = ("question_content", "solution")
+
+
+def fenced(solution: str) -> str:
+    """A worked solution as the completion SFT trains on: kept as written when it has a ```
+    block (reasoning before the code stays), else the bare program put in a ```python block, so
+    that the judge's extract_code finds exactly it."""
+    return solution if "```" in solution else f"```python\n{solution.strip()}\n```"
+
+
+def load_sft(source, *, limit: int | None = None) -> list[dict]:
+    """SFT records {id, task, prompt, solution} from a LiveCodeBench-style set with worked
+    solutions: a .json/.jsonl/.parquet file (or hub name) whose rows carry LiveCodeBench's
+    problem fields (`question_content`; `starter_code`, `question_id` when present) and a
+    `solution` (a completion or a bare program; see `fenced`). The prompt is `format_prompt`'s,
+    the one evaluation gives, unless the row has its own. Tests are not needed (SFT runs no
+    code); a row without a question or solution raises DataError naming row and field."""
+    rows = read_rows(source, lambda name: _hub_dataset(name, "train", None))
+    out, seen = [], set()
+    for where, row in rows:
+        if limit is not None and len(out) >= limit:
+            break
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        for k in SFT_FIELDS:
+            if not isinstance(row.get(k), str) or not row[k].strip():
+                raise DataError(f"{where}: missing field {k!r} (a string; an SFT set needs the "
+                                "problem and a worked solution)")
+        rid = str(row.get("id") or row.get("question_id") or f"lcb-sft-{len(out)}")
+        if rid in seen:
+            raise DataError(f"{where}: duplicate problem id {rid!r}")
+        seen.add(rid)
+        out.append({"id": rid, "task": TASK, "prompt": row.get("prompt") or format_prompt(row),
+                    "solution": fenced(row["solution"])})
+    return out
 
 # ---------------------------------------------------------------------------------------------
 # Scoring

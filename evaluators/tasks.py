@@ -6,9 +6,11 @@ exact text the model is given) and, for generated training problems, `solution` 
 completion SFT trains on). The rest of the fields are the benchmark's own.
 
 Every benchmark module offers the same interface: `generate(n, *, split, seed, ...)`,
-`load(source, ...)`, `format_prompt(record) -> str`, `score(record, completion) -> dict` (at
-least {"passed": bool}), `score_many(records, completions, workers=...) -> list[dict]` and
-`RECORD_FIELDS` (the fields an evaluation record must carry).
+`load(source, ...)` (real problems for RL or evaluation), `load_sft(source, *, limit)` (real
+records with worked solutions, for SFT), `format_prompt(record) -> str`,
+`score(record, completion) -> dict` (at least {"passed": bool}),
+`score_many(records, completions, workers=...) -> list[dict]` and `RECORD_FIELDS` (the fields an
+evaluation record must carry).
 """
 
 from __future__ import annotations

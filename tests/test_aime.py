@@ -393,3 +393,11 @@ def test_score_reads_the_answer_line_when_there_is_no_box(completion, answer, ex
 def test_the_answer_line_text_drops_dollars_and_a_full_stop():
     assert aime.extract_answer("x\nAnswer: $\\frac{3}{4}$.") == "\\frac{3}{4}"
     assert aime.answer_line("no answer here") is None
+
+
+def test_sft_takes_worked_solutions_and_refuses_a_set_of_bare_answers(tmp_path):
+    traces = aime.load_sft(FIXTURES / "openr1_math_220k.parquet", cache_dir=tmp_path / "cache")
+    assert traces == aime.load(FIXTURES / "openr1_math_220k.parquet", cache_dir=tmp_path / "cache")
+    assert all(len(r["solution"]) > len(f"\\boxed{{{r['answer']}}}") for r in traces)
+    with pytest.raises(DataError, match=r"aime2025-I.jsonl: no worked solutions .*OpenR1-Math"):
+        aime.load_sft(FIXTURES / "aime2025-I.jsonl", cache_dir=tmp_path / "cache")

@@ -4,6 +4,7 @@ import base64
 import dataclasses
 import json
 import os
+import pathlib
 import pickle
 import zlib
 
@@ -466,3 +467,55 @@ def test_the_data_stage_keeps_only_the_windowed_test_problems_of_a_loaded_file(t
         TaskFiles(test_start="2024-10-01")
     with pytest.raises(ConfigError, match="aime.test_start: a release-date window is for lcb"):
         DataFiles(aime=TaskFiles(test="x.jsonl", test_start="2024-10-01"))
+
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "lcb"
+
+
+def test_the_published_release_layout_loads_and_the_papers_window_keeps_its_problems():
+    rows = [json.loads(x) for x in (FIXTURES / "test5.jsonl").open()]
+    assert set(rows[0]) == set(lcb.REQUIRED_FIELDS) | {"question_title", "platform", "contest_id",
+                                                         "starter_code", "difficulty"}
+    recs = lcb.load(FIXTURES / "test5.jsonl", start_date="2024-10-01", end_date="2025-02-01")
+    assert [r["contest_date"][:10] for r in recs] == [
+        "2024-10-05", "2024-11-16", "2024-12-07", "2025-01-11", "2025-01-25"]
+    assert all(r["prompt"] == lcb.format_prompt(r) and lcb.tests_of(r) for r in recs)
+
+
+def test_the_sft_set_gives_the_evaluation_prompt_and_a_fenced_solution_that_passes():
+    recs = lcb.load_sft(FIXTURES / "sft.jsonl")
+    assert len(recs) == 8 and all(r["task"] == "lcb" for r in recs)
+    rows = {r["question_id"]: r for r in map(json.loads, (FIXTURES / "sft.jsonl").open())}
+    for rec in recs[:2]:      # one bare program, one fenced completion
+        row = rows[rec["id"]]
+        assert rec["prompt"] == lcb.format_prompt(row)
+        assert rec["solution"].startswith("```") and rec["solution"].rstrip().endswith("```")
+        assert lcb.score(row, rec["solution"])["passed"]
+    assert lcb.load_sft(FIXTURES / "sft.jsonl", limit=3) == recs[:3]
+
+
+def test_an_sft_row_without_a_solution_names_the_row_and_the_field(tmp_path):
+    rows = [json.loads(x) for x in (FIXTURES / "sft.jsonl").open()]
+    del rows[2]["solution"]
+    bad = tmp_path / "sft.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match=r"^\S+sft.jsonl:3: missing field 'solution'"):
+        lcb.load_sft(bad)
+
+
+def test_the_data_stage_reads_sft_files_with_the_sft_loader(tmp_path):
+    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from gspo.io import read_jsonl
+    from pipeline import data
+
+    cfg = DataGenConfig(out_dir=str(tmp_path), tasks=["lcb"], files=DataFiles(lcb=TaskFiles(
+        sft=str(FIXTURES / "sft.jsonl"), rl=str(FIXTURES / "train.jsonl"),
+        test=str(FIXTURES / "test5.jsonl"), test_start="2024-10-01", test_end="2025-02-01")))
+    paths = data.generate(cfg)
+    sft, rl, test = (read_jsonl(paths[f"lcb_{p}"]) for p in ("sft", "rl", "test"))
+    assert len(sft) == 8 and all(r["solution"] for r in sft)
+    assert len(rl) == 8 and all(lcb.tests_of(r) for r in rl) and len(test) == 5
+    # a problem file without worked solutions is no SFT set
+    cfg.files.lcb.sft = str(FIXTURES / "train.jsonl")
+    with pytest.raises(DataError, match="train.jsonl:1: missing field 'solution'"):
+        data.generate(cfg)
