@@ -412,6 +412,9 @@ def test_the_launcher_starts_python_torchrun_or_one_torchrun_per_slurm_node():
     assert _launch() == _launch(gpu=1) == _launch(gres="gpu:1") == "python -m"
     one_node = "torchrun --standalone --nproc-per-node=8 -m"
     assert _launch(gpu=8) == _launch(gres="gpu:h100:8") == _launch(nodes=1, gres="gpu:8") == one_node
+    # CPU ranks (gloo) where there is no GPU: the rehearsal profile's 2 ranks; GPUs win
+    assert _launch(ranks=2) == "torchrun --standalone --nproc-per-node=2 -m"
+    assert _launch(ranks=1) == "python -m" and _launch(ranks=2, gres="gpu:h100:8") == one_node
     assert _launch(**MULTI_NODE) == (
         "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:h100:8 --kill-on-bad-exit=1"
         " --cpus-per-task=64 torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d"

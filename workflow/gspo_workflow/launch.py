@@ -2,6 +2,8 @@
 
     no GPU or one                   python -m
     G GPUs on one node              torchrun --standalone --nproc-per-node=G -m
+    no GPU, `ranks: R` (R > 1)      torchrun --standalone --nproc-per-node=R -m  (CPU, gloo: the
+                                    rehearsal of a sharded run, profiles/rehearsal)
     N > 1 nodes of G GPUs (SLURM)   srun ... torchrun --nnodes=N --nproc-per-node=G
                                         --rdzv-backend=c10d --rdzv-endpoint=$(hostname):29500
                                         --rdzv-id=$SLURM_JOB_ID -m
@@ -39,9 +41,10 @@ def launcher(resources) -> str:
     nodes = int(resources.get("nodes", 1) or 1)
     gpus = gpus_per_node(resources)
     if nodes <= 1:
-        if gpus <= 1:
+        procs = gpus or int(resources.get("ranks", 0) or 0)
+        if procs <= 1:
             return "python -m"
-        return f"torchrun --standalone --nproc-per-node={gpus} -m"
+        return f"torchrun --standalone --nproc-per-node={procs} -m"
     problems = []
     if not resources.get("gres"):
         problems.append("gres (GPUs per node, e.g. gpu:h100:8; `gpu` is a count for the whole "
