@@ -102,6 +102,18 @@ def pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t
 
 
+def head_logprobs(model, input_ids, attention_mask, temperature: float, chunk: int):
+    """(log-probs, entropy), each (B, L-1): the decoder's hidden states through the LM head,
+    `chunk` positions at a time (gspo.objectives.chunked_token_logprobs)."""
+    from gspo.objectives import chunked_token_logprobs
+
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                                 use_cache=False).last_hidden_state[:, :-1]   # (B, L-1, H)
+    head = model.get_output_embeddings()
+    return chunked_token_logprobs(hidden, head.weight, input_ids[:, 1:], temperature,
+                                  chunk=chunk, bias=head.bias)
+
+
 def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False,
                       chunk: int = 0):
     """Per-target log-probs (B, L-1) under softmax(logits / temperature), optionally entropy.
@@ -109,15 +121,17 @@ def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entr
     chunk > 0: from the decoder's hidden states through the LM head, `chunk` positions at a
     time (gspo.objectives.chunked_token_logprobs), never holding the whole (B, L-1, V) logits.
     """
-    from gspo.objectives import chunked_token_logprobs, token_logprobs
+    from torch.distributed.fsdp import FSDPModule
+
+    from gspo.objectives import token_logprobs
 
     if chunk:
-        hidden = model.get_decoder()(input_ids=batch["input_ids"],
-                                     attention_mask=batch["attention_mask"],
-                                     use_cache=False).last_hidden_state[:, :-1]   # (B, L-1, H)
-        head = model.get_output_embeddings()
-        logp, ent = chunked_token_logprobs(hidden, head.weight, batch["input_ids"][:, 1:],
-                                           temperature, chunk=chunk, bias=head.bias)
+        # Sharded, this must run as a forward of the root FSDP module (gspo.distributed.shard
+        # registers it): called beside the model's forward, the embeddings, final norm and head
+        # would stay sharded and their gradients never reduced.
+        run = model.head_logprobs if isinstance(model, FSDPModule) else \
+            (lambda *a: head_logprobs(model, *a))
+        logp, ent = run(batch["input_ids"], batch["attention_mask"], temperature, chunk)
         return (logp, ent) if with_entropy else logp
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 use_cache=False)

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import types
 
 import torch
 import torch.distributed as dist
@@ -109,6 +110,15 @@ def shard(model, world: World, precision: str = "fp32"):
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
+    # The chunked log-prob path (logprob_chunk > 0) calls the decoder and the LM head rather
+    # than the model's forward; registered as a forward method of the root, it gathers the
+    # root's parameters (embeddings, final norm, head) and hooks their gradient reduction.
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    from gspo.data import head_logprobs
+
+    model.head_logprobs = types.MethodType(head_logprobs, model)
+    register_fsdp_forward_method(model, "head_logprobs")
     return model
 
 

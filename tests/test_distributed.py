@@ -99,6 +99,10 @@ def sft_runs(tmp_path_factory):
             torchrun(n, "-m", "pipeline.sft", "--config",
                      _sft_config(root, data, name, precision=precision))
             out[n, precision] = root / name
+    # the chunked log-prob path (logprob_chunk: decoder, then the LM head in chunks), sharded
+    torchrun(2, "-m", "pipeline.sft", "--config",
+             _sft_config(root, data, "sft2-chunked", logprob_chunk=16))
+    out[2, "fp32-chunked"] = root / "sft2-chunked"
     return out
 
 
@@ -120,6 +124,20 @@ def test_sft_on_two_ranks_logs_the_metrics_and_ends_at_the_weights_of_one_rank(s
     for k in w1:
         assert (w2[k] - w1[k]).norm() <= 1e-5 * w1[k].norm(), k
     assert max(float((w1[k] - init[k]).norm() / init[k].norm()) for k in w1) > 1e-2
+
+
+@pytest.mark.slow
+def test_the_chunked_head_on_two_ranks_trains_as_the_whole_logits_on_one(sft_runs):
+    # the chunked path calls the decoder and the head outside the model's forward: sharded, it
+    # must still gather the root's parameters (embeddings, norm, head) and reduce their grads
+    from safetensors.torch import load_file
+
+    one, two = _metrics(sft_runs[1, "fp32"]), _metrics(sft_runs[2, "fp32-chunked"])
+    assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=1e-4)
+    w1 = load_file(str(sft_runs[1, "fp32"] / "model" / "model.safetensors"))
+    w2 = load_file(str(sft_runs[2, "fp32-chunked"] / "model" / "model.safetensors"))
+    for k in w1:
+        assert (w2[k] - w1[k]).norm() <= 1e-5 * w1[k].norm(), k
 
 
 @pytest.mark.slow
