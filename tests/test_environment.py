@@ -157,3 +157,62 @@ def test_setup_rejects_an_unknown_flag_with_one_line_and_status_2(tmp_path):
         assert r.returncode == 2 and not commands and not r.stdout
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("setup: ")
     assert "'--gpu'" in _setup(tmp_path, "--gpu")[0].stderr
+
+
+# Workflow profiles: every rule they name exists, and each job asks for what it uses.
+
+_RULES_DIR = ROOT / "workflow" / "rules"
+
+
+def _rules():
+    """{rule name: its text} over the Snakefile and workflow/rules/*.smk."""
+    text = "\n".join(p.read_text() for p in [ROOT / "Snakefile", *sorted(_RULES_DIR.glob("*.smk"))])
+    parts = re.split(r"^rule (\w+):", text, flags=re.M)
+    return {name: body for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def _profile(name):
+    return yaml.safe_load((ROOT / "profiles" / name / "config.yaml").read_text())
+
+
+# The rules whose command loads a model (torchrun training, vLLM / transformers evaluation): the
+# only ones that use a GPU.
+_MODEL_STAGES = re.compile(r"pipeline\.(sft|train|evaluate)\b")
+
+
+def test_the_profiles_name_only_rules_of_the_workflow_and_threads_only_where_a_command_takes_them():
+    rules = _rules()
+    assert {"data", "sft", "rl", "eval_sft", "eval_checkpoint", "track_sft_evals",
+            "track_run_evals", "aggregate", "report"} <= rules.keys()
+    for name in ("default", "slurm"):
+        profile = _profile(name)
+        named = set(profile.get("set-resources", {})) | set(profile.get("set-threads", {}))
+        assert named and named <= rules.keys(), (name, named - rules.keys())
+        # a thread count given to a rule whose command never passes {threads} on reserves cores
+        # the job does not use
+        for rule in profile.get("set-threads", {}):
+            assert "{threads}" in rules[rule], (name, rule)
+
+
+def test_the_default_profile_fits_its_cores():
+    profile = _profile("default")
+    assert all(1 <= t <= profile["cores"] for t in profile["set-threads"].values())
+
+
+def test_the_slurm_profile_gives_every_rule_the_cpus_memory_time_and_gpus_it_uses():
+    profile = _profile("slurm")
+    rules = _rules()
+    resources = profile["set-resources"]
+    jobs = {r for r, body in rules.items() if re.search(r"^\s+(shell|run|script):", body, re.M)}
+    assert resources.keys() == jobs, "every SLURM job asks for its own resources"
+    for rule, res in resources.items():
+        assert {"mem_mb", "runtime", "cpus_per_task"} <= res.keys(), rule
+        threads = profile["set-threads"].get(rule, 1)
+        if rule in ("sft", "rl"):  # torchrun: every rank's threads (tests/test_workflow.py)
+            continue
+        assert threads <= res["cpus_per_task"], rule
+        gpus = {"gpu", "gres"} & res.keys()
+        if _MODEL_STAGES.search(rules[rule]):
+            assert gpus, f"{rule} loads a model but asks for no GPU"
+        else:
+            assert not gpus, f"{rule} uses no GPU but asks for one"
