@@ -7,17 +7,34 @@ the text after it; with no fence at all, the whole completion.
 
 Tests are dicts {input, output, testtype}. "stdin" tests feed `input` to the program and compare
 what it prints with `output` through the benchmark's own `compare(stdout, expected) -> bool`
-(each benchmark passes its checker explicitly). "functional" tests call
-`Solution().<func_name>(*args)` with one JSON value per input line, or a top-level function of
-that name when there is no `Solution` class (see DRIVER); the return value, tuples as lists, is
-serialised to JSON inside the sandbox, sent back over a separate pipe, parsed and compared with
-== in the harness. A problem passes only when every test passes.
+(each benchmark passes its checker explicitly). "file" tests (Codeforces' input_mode 'file') run
+FILE_DRIVER, which starts the program as its child in the same sandbox with `input` as
+input.txt in the working directory (stdin empty), waits, sends back output.txt's bytes over the
+side channel (or that there is none: wrong answer) and exits the way the child did (its exit
+status, or the same signal), so time, memory and runtime verdicts are the program's (the
+driver's own start-up counts against the wall-clock limit); the child does not inherit the
+channel, and the driver makes itself non-dumpable first, so the child cannot reach the channel
+through /proc either. "functional" tests call `Solution().<func_name>(*args)` with one JSON
+value per input line, or a top-level function of that name when there is no `Solution` class
+(see DRIVER); the return value, tuples as lists, is serialised to JSON inside the sandbox, sent
+back over a separate pipe, parsed and compared with == in the harness. A problem passes only
+when every test passes.
+
+A problem's own checker (`checker=`, the Python source of Codeforces' generated_checker) replaces
+`compare` for stdin and file tests, on tests where the program ran ok: it runs in a fresh sandbox
+run of its own (the program's run is over and its /tmp gone, so nothing the program wrote can
+reach it), as `python checker.py input.txt correct_output.txt solution_output.txt` in its working
+directory, with fixed limits CHECKER_TIMEOUT_S (10 s) and CHECKER_MEMORY_MB (1024 MB), whatever the
+problem's. It accepts when it exits 0 with "1" as the last token of its stdout and rejects with
+"0"; anything else (it does not compile, crashes, times out, runs out of memory, prints something
+else) is the verdict "checker error", never a pass.
 
 Verdicts, one per test (VERDICTS): "passed", "wrong answer", "time limit", "runtime error",
-"compile error" (the program does not parse), "memory limit", "output limit", and "skipped"
-(tests not run after a failure with stop_at_first_failure=True). Syntax is checked in the harness
-with `ast.parse` (parsing, never executing) when the sandbox runs the same Python minor version;
-programs run in evaluators.sandbox only.
+"compile error" (the program does not parse), "memory limit", "output limit", "checker error"
+(the problem's checker failed; see above), and "skipped" (tests not run after a failure with
+stop_at_first_failure=True). Syntax is checked in the harness with `ast.parse` (parsing, never
+executing) when the sandbox runs the same Python minor version; programs run in
+evaluators.sandbox only.
 """
 
 from __future__ import annotations
@@ -32,7 +49,13 @@ from evaluators import sandbox
 from gspo.io import DataError
 
 VERDICTS = ("passed", "wrong answer", "time limit", "runtime error", "compile error",
-            "memory limit", "output limit", "skipped")
+            "memory limit", "output limit", "checker error", "skipped")
+CHECKER_TIMEOUT_S = 10.0
+CHECKER_MEMORY_MB = 1024
+CHECKER_FILES = ("input.txt", "correct_output.txt", "solution_output.txt")
+# Runs checker.py as its own script (sys.argv[0] and __file__ are checker.py), the contract's call.
+CHECKER_STUB = ("import runpy, sys\nsys.argv[0] = 'checker.py'\n"
+                "runpy.run_path('checker.py', run_name='__main__')\n")
 
 Compare = Callable[[str, str], bool]
 
@@ -103,6 +126,55 @@ _gspo_main()
 '''
 
 
+# The child side of file tests (input_mode 'file'). Takes the channel before anything else and
+# makes itself non-dumpable (so the program, its child, cannot open /proc/<driver>/fd/*), runs
+# solution.py as a child with no access to the channel (not inherited, fds closed), waits, then
+# sends "F" + output.txt's bytes (at most argv[1] + 1 of them) or "N" when there is no regular
+# file output.txt, and ends the way the child did. It decides nothing: the harness compares.
+FILE_DRIVER = r'''
+import os as _os, signal as _signal, stat as _stat, subprocess as _sp, sys as _sys
+def _gspo_file_main():
+    raw = int(_os.environ.pop("GSPO_CHANNEL_FD"))
+    fd = _os.dup(raw)
+    _os.close(raw)
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
+    except Exception:
+        pass
+    cap = int(_sys.argv[1])
+    child = _sp.Popen([_sys.executable, "-I", "-B", "solution.py"], stdin=_sp.DEVNULL,
+                      close_fds=True)
+    rc = child.wait()
+    if rc == 0:
+        msg = b"N"
+        try:
+            out = _os.open("output.txt", _os.O_RDONLY | _os.O_NONBLOCK | _os.O_NOFOLLOW)
+        except OSError:
+            out = None
+        if out is not None:
+            if _stat.S_ISREG(_os.fstat(out).st_mode):
+                data = bytearray()
+                while len(data) <= cap:
+                    chunk = _os.read(out, 1 << 16)
+                    if not chunk:
+                        break
+                    data += chunk
+                msg = b"F" + bytes(data[:cap + 1])
+            _os.close(out)
+        view = memoryview(msg)
+        while view:
+            view = view[_os.write(fd, view):]
+        _os._exit(0)
+    if rc < 0:
+        _signal.signal(-rc, _signal.SIG_DFL)
+        _os.kill(_os.getpid(), -rc)
+        _os._exit(128 - rc)
+    _os._exit(rc)
+_gspo_file_main()
+'''
+
+
 def status_verdict(r: sandbox.Result) -> str | None:
     """The verdict the sandbox's exit status alone decides, or None when the output must."""
     if r.status == "timeout":
@@ -155,6 +227,40 @@ def stdin_verdict(r: sandbox.Result, want_text: str, compare: Compare) -> str:
     return "passed" if compare(r.stdout, want_text) else "wrong answer"
 
 
+def program_output(test: dict, r: sandbox.Result) -> tuple[str | None, str]:
+    """(the verdict the run alone decides, or None; the program's answer) of a stdin or file test:
+    its stdout, or output.txt as FILE_DRIVER sent it (none: wrong answer)."""
+    v = status_verdict(r)
+    if v is not None:
+        return v, ""
+    if test["testtype"] != "file":
+        return None, r.stdout
+    if r.channel[:1] == b"F":
+        return None, r.channel[1:].decode("utf-8", "replace")
+    return ("wrong answer" if r.channel == b"N" else "runtime error"), ""
+
+
+def checker_verdict(r: sandbox.Result) -> str:
+    """The verdict a checker run gives: its last stdout token "1" (passed) or "0" (wrong answer)
+    after exiting 0; anything else is "checker error"."""
+    if r.status != "ok":
+        return "checker error"
+    tokens = r.stdout.split()
+    return {"1": "passed", "0": "wrong answer"}.get(tokens[-1] if tokens else "", "checker error")
+
+
+def run_checker(checker: str, test: dict, output: str, *, unsafe: bool | None = None) -> str:
+    """Run the problem's checker on one test's answer in a fresh sandbox of its own (see the
+    module doc for the contract and limits): "passed", "wrong answer" or "checker error"."""
+    files = dict(zip(CHECKER_FILES, (test["input"], test["output"], output)))
+    size = sum(len(x.encode("utf-8", "replace")) for x in files.values()) + len(checker)
+    files["checker.py"] = checker
+    r = sandbox.run(CHECKER_STUB, "", timeout_s=CHECKER_TIMEOUT_S, memory_mb=CHECKER_MEMORY_MB,
+                    files=files, args=CHECKER_FILES, max_output=1 << 20,
+                    tmp_mb=sandbox.DEFAULT_TMP_MB + (size >> 20) + 1, unsafe=unsafe)
+    return checker_verdict(r)
+
+
 def make_job(code: str, test: dict, *, func_name: str = "", header: str = "",
              timeout_s: float, memory_mb: int) -> dict:
     """The sandbox.run keywords that execute `code` (after `header`) on one test."""
@@ -163,41 +269,60 @@ def make_job(code: str, test: dict, *, func_name: str = "", header: str = "",
         return dict(code=DRIVER, stdin=test["input"], timeout_s=timeout_s, memory_mb=memory_mb,
                     files={"solution.py": header + code}, args=(func_name,), channel=True,
                     max_output=cap)
+    if test["testtype"] == "file":
+        room = (len(test["input"].encode("utf-8", "replace")) + cap) >> 20
+        return dict(code=FILE_DRIVER, stdin="", timeout_s=timeout_s, memory_mb=memory_mb,
+                    files={"solution.py": header + code, "input.txt": test["input"]},
+                    args=(str(cap),), channel=True, max_output=cap + 1,
+                    tmp_mb=sandbox.DEFAULT_TMP_MB + room + 1,
+                    max_file_mb=max(sandbox.DEFAULT_MAX_FILE_MB, (cap >> 20) + 1))
     return dict(code=header + code, stdin=test["input"], timeout_s=timeout_s, memory_mb=memory_mb,
                 max_output=cap)
 
 
-def judge(test: dict, result: sandbox.Result, compare: Compare) -> str:
+def judge(test: dict, result: sandbox.Result, compare: Compare, *, checker: str | None = None,
+          unsafe: bool | None = None) -> str:
     """The verdict of one test from what the harness captured of its run; `compare` is the
-    benchmark's stdin checker (functional tests compare values with ==)."""
+    benchmark's stdin checker (functional tests compare values with ==), replaced by the
+    problem's own `checker` program (run in its own sandbox) when one is given."""
     if test["testtype"] == "functional":
         return functional_verdict(result, test["output"])
-    return stdin_verdict(result, test["output"], compare)
+    v, output = program_output(test, result)
+    if v is not None:
+        return v
+    if checker is not None:
+        return run_checker(checker, test, output, unsafe=unsafe)
+    return "passed" if compare(output, test["output"]) else "wrong answer"
 
 
 def run_tests(code: str, tests: Sequence[dict], *, compare: Compare, func_name: str = "",
               header: str = "", timeout_s: float, memory_mb: int,
               stop_at_first_failure: bool = False, workers: int = 1,
-              unsafe: bool | None = None) -> dict:
-    """Run `code` on every test and judge each: {passed, verdicts, n_tests, n_passed}."""
+              unsafe: bool | None = None, checker: str | None = None) -> dict:
+    """Run `code` on every test and judge each (with the problem's `checker` program instead of
+    `compare` when given): {passed, verdicts, n_tests, n_passed}."""
     sandbox.check_available(unsafe)
     n = len(tests)
+
+    def one(test, job):
+        result = sandbox.run_many([job], workers=1, unsafe=unsafe)[0]
+        return judge(test, result, compare, checker=checker, unsafe=unsafe)
+
     if syntax_ok(header + code) is False:
         verdicts = ["compile error"] * n
     else:
         jobs = [make_job(code, t, func_name=func_name, header=header, timeout_s=timeout_s,
                          memory_mb=memory_mb) for t in tests]
-        if stop_at_first_failure or workers <= 1:
+        if stop_at_first_failure or workers <= 1 or n <= 1:
             verdicts = []
             for t, job in zip(tests, jobs):
                 if stop_at_first_failure and verdicts and verdicts[-1] != "passed":
                     verdicts.append("skipped")
                     continue
-                result = sandbox.run_many([job], workers=1, unsafe=unsafe)[0]
-                verdicts.append(judge(t, result, compare))
+                verdicts.append(one(t, job))
         else:
-            results = sandbox.run_many(jobs, workers=workers, unsafe=unsafe)
-            verdicts = [judge(t, r, compare) for t, r in zip(tests, results)]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, n)) as pool:
+                verdicts = list(pool.map(one, tests, jobs))
     n_passed = sum(v == "passed" for v in verdicts)
     return {"passed": n > 0 and n_passed == n, "verdicts": verdicts, "n_tests": n,
             "n_passed": n_passed}
