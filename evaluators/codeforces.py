@@ -4,15 +4,22 @@ Elo-style rating estimate.
 Records follow open-r1's Codeforces layout: id ("<contest_id>/<index>"), contest_id, index,
 title, description, input_format, output_format, rating (800..3500), time_limit (seconds),
 memory_limit (MB), tests (or official_tests) as a list of {input, output}, optional examples,
-plus the project's id / task ("cf") / prompt / solution.
+input_mode ('stdio' or 'file'), generated_checker (a Python checker or None), plus the project's
+id / task ("cf") / prompt / solution. Real data (open-r1/codeforces with its generated_tests
+folder for `load`, open-r1/codeforces-cots for `load_sft`) is read by evaluators.code_sources,
+whose docstring gives the published layouts and what is taken from each.
 
 Scoring runs the extracted program through the shared code judge (evaluators.judge) on every
-test in evaluators.sandbox with the record's time and memory limits. Output is compared the way
-Codeforces' default checker does (`tokens_match`, the comparison this module gives the judge):
-as whitespace-separated tokens; tokens that differ as text still match when the expected token
-is a real number (has '.' or an exponent) and the two agree within an absolute or relative
-error of 1e-6. Problems needing a special checker or interaction are not supported (loaded
-records keep a `checker` flag so evaluation can leave them out).
+test in evaluators.sandbox with the record's time and memory limits; with input_mode 'file' the
+program reads input.txt and writes output.txt in its working directory (a missing output.txt is
+a wrong answer). Output is compared the way Codeforces' default checker does (`tokens_match`,
+the comparison this module gives the judge): as whitespace-separated tokens; tokens that differ
+as text still match when the expected token is a real number (has '.' or an exponent) and the
+two agree within an absolute or relative error of 1e-6. A record with a generated_checker is
+judged by that program instead, in a sandbox run of its own (judge.run_checker: `python
+checker.py input.txt correct_output.txt solution_output.txt`, last token 1 / 0, fixed limits of
+10 s and 1024 MB; a failing checker gives "checker error", never a pass). Interactive problems
+are not supported (the loader skips them; `score` refuses them).
 
 Rating estimate (`estimate_rating`): the maximum-likelihood rating R from solved / unsolved
 problems of known rating d under P(solve) = 1 / (1 + 10^((d - R)/400)), searched in a bounded
@@ -28,26 +35,24 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import random
 from statistics import NormalDist
 from typing import Iterable, Sequence
 
-from evaluators import judge
+from evaluators import code_sources, judge
+from evaluators.code_sources import (  # noqa: F401 - part of this module's API
+    REQUIRED_FIELDS, TASK, format_prompt, normalize, tests_of)
 # The same split rule (a hash of the statement) and template rotation as LiveCodeBench-style
 # problems; split_of is re-exported as this module's own.
 from evaluators.lcb_generator import draw_round_robin, split_of  # noqa: F401
-from evaluators.sources import read_rows
 from gspo.io import DataError
 
-TASK = "cf"
 MIN_RATING, MAX_RATING = 800, 3500
 RATING_RANGE = (0.0, 4000.0)          # where estimate_rating searches
 REFERENCE_MEAN, REFERENCE_SD = 1400.0, 350.0
 REFERENCE_RATINGS = {"kind": "normal", "mean": REFERENCE_MEAN, "sd": REFERENCE_SD,
                      "range": RATING_RANGE}
-REQUIRED_FIELDS = ("id", "rating", "time_limit", "memory_limit")
 RECORD_FIELDS = ("id", "task", "prompt")
 FLOAT_TOLERANCE = 1e-6
 
@@ -251,91 +256,37 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading open-r1 style records
+# Loading open-r1's data (evaluators.code_sources)
 
-def format_prompt(record: dict) -> str:
-    parts = [record.get("title", ""), record.get("description", "")]
-    if record.get("input_format"):
-        parts.append("Input\n" + record["input_format"])
-    if record.get("output_format"):
-        parts.append("Output\n" + record["output_format"])
-    for ex in record.get("examples") or []:
-        parts.append(f"Example input\n{ex.get('input', '')}\nExample output\n{ex.get('output', '')}")
-    parts.append(f"Time limit: {record.get('time_limit')} s. Memory limit: "
-                 f"{record.get('memory_limit')} MB. Read stdin, write stdout. Answer with Python "
-                 "code in a ```python block.")
-    return "\n\n".join(p for p in parts if p) + "\n"
-
-
-def tests_of(record: dict, where: str | None = None) -> list[dict]:
-    where = where or f"record {record.get('id', '?')!r}"
-    tests = record.get("tests")
-    if tests is None:
-        tests = record.get("official_tests")
-    if tests is None:
-        raise DataError(f"{where}: record is missing field 'tests'")
-    if isinstance(tests, str):
-        try:
-            tests = json.loads(tests)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: tests: malformed JSON ({e.msg})") from None
-    if not isinstance(tests, list) or not tests:
-        raise DataError(f"{where}: tests must be a non-empty list of {{input, output}}")
-    out = []
-    for i, t in enumerate(tests):
-        if not isinstance(t, dict) or not isinstance(t.get("input"), str) \
-                or not isinstance(t.get("output"), str):
-            raise DataError(f"{where}: tests[{i}] needs string fields 'input' and 'output'")
-        out.append({"input": t["input"], "output": t["output"], "testtype": "stdin"})
-    return out
+def load(source, *, split: str = "train", config: str | None = None,
+         min_rating: int | None = None, max_rating: int | None = None,
+         limit: int | None = None, skip_unusable: bool = True,
+         generated_tests=None) -> list[dict]:
+    """Problems for RL and test: records from a local .parquet/.jsonl/.json file (or a folder of
+    them) in open-r1/codeforces' published layout or the project's, or a hub dataset name (via
+    `datasets`, with `config` and `split`, e.g. open-r1/codeforces), checked (normalize) and
+    filtered to a rating range. `generated_tests` names the dataset's generated_tests/ folder (or
+    one of its parquet files): each problem's generated tests are added after its official ones.
+    Unusable rows (interactive, no rating, no time or memory limit, no test at all) are skipped
+    and counted on one stderr line (`skip_unusable=False`: they raise); any other bad row raises
+    DataError naming file, row and field, and so does an SFT set (codeforces-cots). `limit`
+    counts the rows kept before the generated tests are read (a problem whose tests are all
+    missing from that folder is then skipped, so a few fewer may come back)."""
+    return code_sources.load(source, split=split, config=config, min_rating=min_rating,
+                             max_rating=max_rating, limit=limit, skip_unusable=skip_unusable,
+                             generated_tests=generated_tests)
 
 
-def normalize(record: dict, where: str = "record") -> dict:
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    for k in REQUIRED_FIELDS:
-        if k not in record:
-            raise DataError(f"{where}: record is missing field {k!r}")
-    rec = dict(record)
-    try:
-        rec["rating"] = int(rec["rating"])
-        rec["time_limit"] = float(rec["time_limit"])
-        rec["memory_limit"] = int(float(rec["memory_limit"]))
-    except (TypeError, ValueError):
-        raise DataError(f"{where}: rating, time_limit and memory_limit must be numbers") from None
-    if rec["time_limit"] <= 0 or rec["memory_limit"] < 16:
-        raise DataError(f"{where}: time_limit must be > 0 and memory_limit >= 16 MB")
-    tests_of(rec, where)
-    rec["task"] = TASK
-    rec["checker"] = bool(rec.get("generated_checker")) or bool(rec.get("interaction_format"))
-    rec.setdefault("prompt", format_prompt(rec))
-    return rec
-
-
-def _usable(rec: dict) -> bool:
-    tests = rec.get("tests", rec.get("official_tests"))
-    return rec.get("rating") is not None and bool(tests) and not rec.get("interaction_format")
-
-
-def _hub_dataset(name: str, split: str):
-    import datasets  # heavy; only for hub names
-
-    return datasets.load_dataset(name, split=split)
-
-
-def load(source, *, split: str = "train", min_rating: int | None = None,
-         max_rating: int | None = None, limit: int | None = None,
-         skip_unusable: bool = False) -> list[dict]:
-    """Records from a local .json/.jsonl file, or a hub dataset name (via `datasets`, e.g.
-    open-r1/codeforces), checked and filtered to a rating range. With `skip_unusable`, records
-    without a rating, without tests or that are interactive are left out instead of raising
-    (the open-r1 copy has such rows); any other bad record still raises DataError."""
-    rows = read_rows(source, lambda name: _hub_dataset(name, split))
-    recs = [normalize(r, where) for where, r in rows
-            if not skip_unusable or not isinstance(r, dict) or _usable(r)]
-    recs = [r for r in recs if (min_rating is None or r["rating"] >= min_rating)
-            and (max_rating is None or r["rating"] <= max_rating)]
-    return recs[:limit] if limit is not None else recs
+def load_sft(source, *, limit: int | None = None, config: str | None = None,
+             split: str = "train") -> list[dict]:
+    """SFT records {id, task "cf", prompt, solution} from worked solutions in
+    open-r1/codeforces-cots' layout (a local file or folder, or the hub name, whose config
+    defaults to solutions_py): prompt is `format_prompt` of the problem's fields (the prompt
+    evaluation gives the same problem), solution the assistant message's content (else
+    `generation`). Rows whose finish_reason is not 'stop' or whose answer has no ```python block
+    are skipped and counted on stderr; a problem with several solutions gives ids 'ID', 'ID#2', ...
+    A problem set without solutions (open-r1/codeforces) raises DataError."""
+    return code_sources.load_sft(source, limit=limit, config=config, split=split)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,17 +318,21 @@ def score(record: dict, completion: str, *, time_scale: float = 1.0,
           stop_at_first_failure: bool = False, workers: int = 1,
           unsafe: bool | None = None) -> dict:
     """Judge `completion` on every test of `record` under its time_limit (times `time_scale`)
-    and memory_limit: {passed, verdicts, n_tests, n_passed}."""
+    and memory_limit, reading input.txt / writing output.txt when its input_mode is 'file', and
+    with its generated_checker instead of tokens_match when it has one: {passed, verdicts,
+    n_tests, n_passed}."""
     where = f"record {record.get('id', '?')!r}"
     for k in ("time_limit", "memory_limit"):
         if k not in record:
             raise DataError(f"{where}: record is missing field {k!r}")
+    if code_sources.interactive(record):
+        raise DataError(f"{where}: interactive problems (interaction_format) are not supported")
     tests = tests_of(record, where)
     return judge.run_tests(judge.extract_code(completion), tests, compare=tokens_match,
                            timeout_s=float(record["time_limit"]) * time_scale,
                            memory_mb=int(record["memory_limit"]),
                            stop_at_first_failure=stop_at_first_failure, workers=workers,
-                           unsafe=unsafe)
+                           unsafe=unsafe, checker=record.get("generated_checker") or None)
 
 
 def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 2,

@@ -1,13 +1,24 @@
 """CodeForces-style problems: generator, open-r1 loader, scoring in the sandbox, rating estimate."""
 
 import json
+import pathlib
 import random
+import subprocess
+import sys
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from evaluators import codeforces as cf
 from evaluators import sandbox, tasks
 from gspo.io import DataError
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "codeforces"
+PROBLEMS = FIXTURES / "codeforces_train.parquet"
+GENERATED = FIXTURES / "generated_tests"
+COTS = FIXTURES / "codeforces_cots.parquet"
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
@@ -65,7 +76,7 @@ def test_generated_records_have_the_open_r1_shape_and_project_fields():
         assert len(r["prompt"]) < 120 and r["solution"].startswith("```python\n")
         assert len(r["tests"]) == 5 and all(set(t) == {"input", "output"} for t in r["tests"])
         assert r["time_limit"] > 0 and r["memory_limit"] >= 64
-    assert cf.normalize(r) == {**r, "checker": False}
+    assert cf.normalize(r) == {**r, "input_mode": "stdio", "generated_checker": None}
 
 
 @needs_bwrap
@@ -97,10 +108,11 @@ def test_the_loader_reads_open_r1_records_and_filters_by_rating(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"rating": None}, "rating, time_limit and memory_limit must be numbers"),
+    ({"rating": "hard"}, "field 'rating' must be a number, got 'hard'"),
     ({"official_tests": [{"input": "1"}]}, r"tests\[0\] needs string fields"),
-    ({"official_tests": []}, "non-empty list"),
-], ids=["rating", "test-shape", "no-tests"])
+    ({"input_mode": "socket"}, r"field 'input_mode' must be one of \['stdio', 'file'\]"),
+    ({"generated_checker": 7}, "field 'generated_checker' must be a string"),
+], ids=["rating", "test-shape", "input-mode", "checker-type"])
 def test_bad_records_are_reported_with_file_line_and_field(tmp_path, change, message):
     path = tmp_path / "bad.jsonl"
     rows = [_open_r1_record(), _open_r1_record(**change)]
@@ -121,19 +133,238 @@ def test_a_missing_field_and_a_malformed_line_are_reported(tmp_path):
         cf.load(path)
 
 
-def test_unusable_rows_can_be_skipped_instead_of_raising(tmp_path):
+def test_unusable_rows_are_skipped_and_counted_unless_asked_to_raise(tmp_path, capsys):
     path = tmp_path / "mixed.jsonl"
     rows = [_open_r1_record(rating=None), _open_r1_record(id="2/B", official_tests=[]),
-            _open_r1_record(id="3/C", interaction_format="interactive"), _open_r1_record(id="4/D")]
+            _open_r1_record(id="3/C", interaction_format="interactive"), _open_r1_record(id="4/D"),
+            _open_r1_record(id="5/E", time_limit=None)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert [r["id"] for r in cf.load(path, skip_unusable=True)] == ["4/D"]
-    with pytest.raises(DataError, match=rf"{path}:1: "):
-        cf.load(path)
+    assert [r["id"] for r in cf.load(path)] == ["4/D"]
+    err = capsys.readouterr().err.strip()
+    assert err == (f"{path}: skipped 1 rows without a rating; 1 rows without tests; "
+                   "1 rows interactive; 1 rows without a time or memory limit")
+    with pytest.raises(DataError, match=rf"{path}:1: field 'rating' must be a number, got None"):
+        cf.load(path, skip_unusable=False)
 
 
-def test_records_needing_a_special_checker_are_flagged():
-    assert cf.normalize(_open_r1_record(generated_checker="def check(): ..."))["checker"] is True
-    assert cf.normalize(_open_r1_record())["checker"] is False
+def test_records_carry_their_checker_and_input_mode_and_interactive_ones_are_refused():
+    rec = cf.normalize(_open_r1_record(generated_checker="print(1)", input_mode="file"))
+    assert rec["generated_checker"] == "print(1)" and rec["input_mode"] == "file"
+    assert "checker" not in rec and "Read input.txt, write output.txt." in rec["prompt"]
+    plain = cf.normalize(_open_r1_record(generated_checker="  ", checker=True))
+    assert plain["generated_checker"] is None and plain["input_mode"] == "stdio"
+    assert "checker" not in plain and "Read stdin, write stdout." in plain["prompt"]
+    with pytest.raises(DataError, match="interactive problems"):
+        cf.normalize(_open_r1_record(interaction_format="Ask '? x'."))
+    with pytest.raises(DataError, match="interactive problems"):
+        cf.score(_open_r1_record(interaction_format="Ask '? x'."), "print(3)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The published layouts (tests/fixtures/codeforces, made by make_fixtures.py)
+
+def _plain_types(value) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_types(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain_types(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def test_the_published_parquet_loads_skipping_and_counting_unusable_rows(capsys):
+    recs = cf.load(PROBLEMS)
+    assert [r["id"] for r in recs] == ["1900/A", "1900/E", "1900/F"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{PROBLEMS}: skipped 1 rows without a rating; 1 rows interactive; 1 rows "
+                   "without official tests (their generated tests need generated_tests=FOLDER)"]
+    a, e, f = recs
+    assert a["task"] == "cf" and a["rating"] == 800 and a["memory_limit"] == 256
+    assert a["time_limit"] == 1.0 and a["contest_id"] == "1900" and a["tags"] == ["implementation"]
+    assert a["tests"] == [{"input": "1 2\n", "output": "3\n"}, {"input": "-5 5\n", "output": "0\n"}]
+    assert "official_tests" not in a and a["n_official_tests"] == 2
+    assert a["generated_checker"] is None and a["input_mode"] == "stdio"
+    assert e["generated_checker"].startswith("import sys") and f["input_mode"] == "file"
+    assert a["prompt"] == cf.format_prompt(a) and "Read stdin, write stdout." in a["prompt"]
+    assert "Read input.txt, write output.txt." in f["prompt"]
+    assert all(_plain_types(r) for r in recs)
+    assert json.loads(json.dumps(recs)) == recs
+    assert [r["id"] for r in cf.load(PROBLEMS, min_rating=900, max_rating=1000)] == ["1900/E"]
+    assert [r["id"] for r in cf.load(PROBLEMS, limit=2)] == ["1900/A", "1900/E"]
+    with pytest.raises(DataError, match=rf"{PROBLEMS}: row 2: field 'rating' must be a number"):
+        cf.load(PROBLEMS, skip_unusable=False)
+
+
+@pytest.mark.parametrize("where", [GENERATED, GENERATED / "test_cases_00.parquet"],
+                         ids=["folder", "file"])
+def test_generated_tests_follow_the_official_ones_in_test_case_order(where, capsys):
+    recs = {r["id"]: r for r in cf.load(PROBLEMS, generated_tests=where)}
+    assert list(recs) == ["1900/A", "1900/D", "1900/E", "1900/F"]
+    assert capsys.readouterr().err.strip() == (f"{PROBLEMS}: skipped 1 rows without a rating; "
+                                               "1 rows interactive")
+    assert recs["1900/A"]["tests"][2:] == [{"input": "100 23\n", "output": "123\n"}]
+    assert recs["1900/A"]["n_official_tests"] == 2
+    assert recs["1900/D"]["tests"] == [{"input": "1\n", "output": "2\n"},
+                                       {"input": "-4\n", "output": "-8\n"},
+                                       {"input": "7\n", "output": "14\n"}]
+    assert recs["1900/D"]["n_official_tests"] == 0 and len(recs["1900/E"]["tests"]) == 2
+    assert json.loads(json.dumps(list(recs.values()))) == list(recs.values())
+
+
+def test_a_problem_whose_generated_tests_are_missing_from_the_folder_is_skipped(tmp_path, capsys):
+    folder = tmp_path / "generated_tests"
+    folder.mkdir()
+    rows = [{"problem_id": "1900/A", "input": "1 1\n", "output": "2\n", "test_case_i": 0}]
+    pq.write_table(pa.Table.from_pylist(rows), folder / "part.parquet")
+    assert [r["id"] for r in cf.load(PROBLEMS, generated_tests=folder)] == \
+        ["1900/A", "1900/E", "1900/F"]
+    assert "1 rows without tests" in capsys.readouterr().err
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'nowhere'}: generated tests folder not found$"):
+        cf.load(PROBLEMS, generated_tests=tmp_path / "nowhere")
+
+
+def test_bad_generated_test_files_are_one_line_naming_the_file(tmp_path):
+    bad = tmp_path / "g1"
+    bad.mkdir()
+    (bad / "broken.parquet").write_bytes(b"PAR1 this is not parquet at all")
+    with pytest.raises(DataError) as e:
+        cf.load(PROBLEMS, generated_tests=bad)
+    assert str(e.value).startswith(f"{bad / 'broken.parquet'}: not a readable parquet file")
+    assert "\n" not in str(e.value)
+    cols = tmp_path / "g2"
+    cols.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"problem_id": "1900/A", "input": "1 1\n",
+                                          "test_case_i": 0}]), cols / "t.parquet")
+    with pytest.raises(DataError, match=r"t\.parquet: missing column 'output'"):
+        cf.load(PROBLEMS, generated_tests=cols)
+    kind = tmp_path / "g3"
+    kind.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"problem_id": "1900/A", "input": "1 1\n", "output": 2,
+                                          "test_case_i": 0}]), kind / "t.parquet")
+    with pytest.raises(DataError, match=r"t\.parquet: column 'output' must be a string, got int64"):
+        cf.load(PROBLEMS, generated_tests=kind)
+
+
+def test_a_corrupt_or_missing_parquet_is_one_line_naming_the_file(tmp_path):
+    broken = tmp_path / "train-00000-of-00001.parquet"
+    broken.write_bytes(PROBLEMS.read_bytes()[:300])
+    for fn in (cf.load, cf.load_sft):
+        with pytest.raises(DataError) as e:
+            fn(broken)
+        assert str(e.value).startswith(f"{broken}: not a readable parquet file (")
+        assert "\n" not in str(e.value)
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'gone.parquet'}: file not found$"):
+        cf.load(tmp_path / "gone.parquet")
+
+
+def test_a_published_row_missing_a_column_or_with_a_wrong_type_names_file_row_and_field(tmp_path):
+    table = pq.read_table(PROBLEMS)
+    missing = tmp_path / "missing.parquet"
+    pq.write_table(table.drop_columns(["memory_limit"]), missing)
+    with pytest.raises(DataError, match=rf"^{missing}: row 1: record is missing field 'memory_limit'$"):
+        cf.load(missing)
+    rows = table.to_pylist()
+    rows[4]["official_tests"] = [{"input": "1 2\n", "output": None}]
+    wrong = tmp_path / "wrong.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), wrong)
+    with pytest.raises(DataError, match=rf"^{wrong}: row 5: tests\[0\] needs string fields"):
+        cf.load(wrong)
+
+
+def test_a_folder_of_parquet_shards_loads_like_the_files_in_it(tmp_path):
+    table = pq.read_table(PROBLEMS)
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(table.slice(0, 3), data / "train-00000-of-00002.parquet")
+    pq.write_table(table.slice(3), data / "train-00001-of-00002.parquet")
+    assert cf.load(data) == cf.load(PROBLEMS)
+
+
+def test_the_sft_set_given_to_load_and_the_problem_set_given_to_load_sft_say_so():
+    with pytest.raises(DataError) as e:
+        cf.load(COTS)
+    assert str(e.value).startswith(f"{COTS}: an SFT set (open-r1/codeforces-cots layout")
+    assert "load_sft" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(DataError) as e:
+        cf.load_sft(PROBLEMS)
+    assert str(e.value).startswith(f"{PROBLEMS}: SFT needs worked solutions")
+    assert "codeforces-cots" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_codeforces_cots_gives_sft_records_with_the_evaluation_prompt(tmp_path, capsys):
+    recs = cf.load_sft(COTS)
+    assert [r["id"] for r in recs] == ["1900/A"]
+    assert capsys.readouterr().err.strip() == (
+        f"{COTS}: skipped 1 rows not finished (finish_reason is not 'stop'); "
+        "1 rows without a ```python block")
+    (sft,) = recs
+    assert set(sft) == {"id", "task", "prompt", "solution"} and sft["task"] == "cf"
+    problem = cf.load(PROBLEMS, limit=1)[0]
+    assert sft["prompt"] == problem["prompt"]        # SFT trains on the prompt evaluation gives
+    assert sft["solution"].startswith("<think>") and sft["solution"].endswith("```")
+    assert cf.judge.extract_code(sft["solution"]) == "a, b = map(int, input().split())\nprint(a + b)\n"
+    table = pq.read_table(COTS)
+    path = tmp_path / "twice.parquet"
+    pq.write_table(pa.concat_tables([table, table]), path)
+    assert [r["id"] for r in cf.load_sft(path)] == ["1900/A", "1900/A#2"]
+    assert [r["id"] for r in cf.load_sft(path, limit=1)] == ["1900/A"]
+
+
+def test_hub_rows_come_out_as_plain_values(monkeypatch):
+    import datasets
+
+    calls = []
+    row = pq.read_table(PROBLEMS).slice(0, 1).to_pylist()[0]
+    row["tags"] = np.array(["math", "greedy"], dtype=object)
+    row["official_tests"] = np.array([{"input": "1 2\n", "output": "3\n"}], dtype=object)
+    row["rating"] = np.int64(800)
+
+    def fake(name, config=None, split=None):
+        calls.append((name, config, split))
+        return [row]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    (rec,) = cf.load("open-r1/codeforces", split="test", config="verifiable")
+    assert calls == [("open-r1/codeforces", "verifiable", "test")]
+    assert rec["tags"] == ["math", "greedy"] and type(rec["tags"]) is list
+    assert rec["tests"] == [{"input": "1 2\n", "output": "3\n"}] and type(rec["rating"]) is int
+    assert _plain_types(rec)
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda name, config=None, split=None: calls.append((name, config, split)) or [])
+    assert cf.load_sft("open-r1/codeforces-cots") == []
+    assert calls[-1] == ("open-r1/codeforces-cots", "solutions_py", "train")
+
+
+def test_a_hub_dataset_out_of_reach_is_one_line_saying_what_to_download(monkeypatch):
+    import datasets
+
+    def offline(*a, **k):
+        raise ConnectionError("Couldn't reach 'open-r1/codeforces' on the Hub "
+                              "(LocalEntryNotFoundError)\nmore")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError) as e:
+        cf.load("open-r1/codeforces", config="default")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("open-r1/codeforces (config default, split train): not in the local")
+    assert "huggingface-cli download open-r1/codeforces --repo-type dataset" in msg
+    assert "generated_tests" in msg and "data.files.cf" in msg
+
+
+def test_offline_for_real_the_hub_names_give_the_one_line(tmp_path):
+    code = ("from evaluators import codeforces as cf\n"
+            "from gspo.io import DataError\n"
+            "for f, name in ((cf.load, 'open-r1/codeforces'), "
+            "(cf.load_sft, 'open-r1/codeforces-cots')):\n"
+            "    try:\n        f(name)\n    except DataError as e:\n        print(e)\n")
+    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=pathlib.Path(__file__).parents[1], timeout=120)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2, (out.stdout, out.stderr[-2000:])
+    assert lines[0].startswith("open-r1/codeforces (split train): not in the local Hugging Face")
+    assert lines[1].startswith("open-r1/codeforces-cots (config solutions_py, split train): not in")
 
 
 # ---------------------------------------------------------------------------------------------
