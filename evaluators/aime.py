@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
 import hashlib
 import pathlib
 import random
@@ -325,15 +326,18 @@ def _dataset(src: str, split: str, name: str | None, cache_dir):
 
     path = pathlib.Path(src)
     looks_local = path.is_absolute() or src.startswith(".") or path.suffix.lower() in _BUILDERS
-    if looks_local and not path.exists():
+    files = sorted(glob.glob(src)) if "*" in src else [src] if path.is_file() else []
+    if "*" in src and not files:    # a pattern picks one split's shards: data/train-*.parquet
+        raise DataError(f"{src}: no files match")
+    if looks_local and not files and not path.exists():
         raise DataError(f"{src}: file not found")
     try:
-        if path.is_file():
+        if files:
             builder = _BUILDERS.get(path.suffix.lower())
             if builder is None:
                 raise DataError(f"{src}: unsupported file type {path.suffix!r}; "
                                 f"expected one of {sorted(_BUILDERS)}")
-            return datasets.load_dataset(builder, data_files=str(path), split="train",
+            return datasets.load_dataset(builder, data_files=files, split="train",
                                          cache_dir=cache_dir)
         if src in math_sources.HUB_CONFIGS and name is None:   # every config, concatenated
             return math_sources.hub_rows(

@@ -11,6 +11,7 @@ and numbers). A file pyarrow cannot read as parquet raises DataError naming it.
 
 from __future__ import annotations
 
+import glob
 import json
 import pathlib
 from typing import Callable, Iterable, Iterator
@@ -114,11 +115,19 @@ def records_from_file(path) -> list[tuple[str, dict]]:
 
 
 def iter_rows(source, load_hub: Callable[[str], Iterable]) -> Iterator[tuple[str, dict]]:
-    """(where, row) pairs of `source`, lazily: an existing file or folder through file_rows, else a
-    hub dataset through `load_hub(name)` (only called then, so `datasets` stays unimported for
-    local files; its rows pass through `plain`). A .json/.jsonl/.parquet name that does not exist
-    raises DataError rather than going to the hub."""
+    """(where, row) pairs of `source`, lazily: an existing file or folder, or a glob pattern of
+    files, through file_rows, else a hub dataset through `load_hub(name)` (only called then, so
+    `datasets` stays unimported for local files; its rows pass through `plain`). A
+    .json/.jsonl/.parquet name that does not exist raises DataError rather than going to the
+    hub."""
     path = pathlib.Path(source)
+    if "*" in str(source):        # a pattern picks one split's shards: data/train-*.parquet
+        matches = sorted(glob.glob(str(source)))
+        if not matches:
+            raise DataError(f"{source}: no files match")
+        for f in matches:
+            yield from file_rows(f)
+        return
     if path.exists():
         for f in data_files(path):
             yield from file_rows(f)

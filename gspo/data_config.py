@@ -62,6 +62,9 @@ class TaskFiles:
                              "no bound)")
     test_end: str = option("", "lcb only: keep test problems released on or before this ISO "
                            "date ('': no bound)")
+    generated_tests: str = option("", "cf only: open-r1/codeforces' generated_tests folder "
+                                  "(parquet files of problem_id, input, output, test_case_i); "
+                                  "its tests join the rl and test problems' official ones")
 
     def __post_init__(self):
         check(self.limit >= 0, "limit", f"must be >= 0, got {self.limit}")
@@ -73,6 +76,11 @@ class TaskFiles:
               "test_start", f"{self.test_start} is after test_end {self.test_end}")
         check(not self.window or self.test, "test_start",
               "filters a loaded test file by release date; set test to that file")
+
+    def load_kwargs(self, part: str) -> dict:
+        """The loader's keywords beside the source for `part` ('rl' or 'test')."""
+        kw = {"generated_tests": self.generated_tests} if self.generated_tests else {}
+        return {**kw, **self.window} if part == "test" else kw
 
     @property
     def window(self) -> dict:
@@ -92,6 +100,9 @@ class DataFiles:
         for task in ("aime", "cf"):     # only LiveCodeBench records carry release dates
             check(not getattr(self, task).window, f"{task}.test_start",
                   "a release-date window is for lcb only (its records carry contest dates)")
+        for task in ("aime", "lcb"):     # only open-r1/codeforces has a generated-tests folder
+            check(not getattr(self, task).generated_tests, f"{task}.generated_tests",
+                  "is for cf only (open-r1/codeforces' generated_tests folder)")
 
 
 # The tasks data can be made for are the fields of DataFiles: the library never lists the

@@ -60,15 +60,16 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
     return code_set(task, n, split=split, seed=seed, cfg=cfg)
 
 
-def loaded(task: str, source: str, limit: int, window: dict | None = None,
+def loaded(task: str, source: str, limit: int, kwargs: dict | None = None,
            part: str = "test") -> list[dict]:
     """Real records of `task` from `source` through the benchmark's own loader: `load_sft`
-    (worked solutions) for the sft part, `load` (problems with answers or tests) for rl and test
-    (`window`: the release-date bounds a LiveCodeBench test split is filtered to)."""
+    (worked solutions) for the sft part, `load` (problems with answers or tests) for rl and test,
+    given `kwargs` (TaskFiles.load_kwargs: a LiveCodeBench test split's release-date window,
+    CodeForces' generated tests)."""
     if part == "sft":
         recs = module(task).load_sft(source, limit=limit or None)
     else:
-        recs = module(task).load(source, limit=limit or None, **(window or {}))
+        recs = module(task).load(source, limit=limit or None, **(kwargs or {}))
     if not recs:
         raise DataError(f"{source}: no {task} records")
     return recs
@@ -81,9 +82,8 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
         real = getattr(cfg.files, task)
         for part in ("sft", "rl", "test"):
             source = getattr(real, part)
-            window = real.window if part == "test" else None
-            files[f"{task}_{part}"] = (loaded(task, source, real.limit, window, part)
-                                       if source else generated(task, part, cfg))
+            files[f"{task}_{part}"] = (loaded(task, source, real.limit, real.load_kwargs(part),
+                                              part) if source else generated(task, part, cfg))
     paths = {}
     for name, recs in files.items():
         paths[name] = out / f"{name}.jsonl"

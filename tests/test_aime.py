@@ -401,3 +401,11 @@ def test_sft_takes_worked_solutions_and_refuses_a_set_of_bare_answers(tmp_path):
     assert all(len(r["solution"]) > len(f"\\boxed{{{r['answer']}}}") for r in traces)
     with pytest.raises(DataError, match=r"aime2025-I.jsonl: no worked solutions .*OpenR1-Math"):
         aime.load_sft(FIXTURES / "aime2025-I.jsonl", cache_dir=tmp_path / "cache")
+
+
+def test_a_glob_pattern_reads_one_splits_shards_and_an_empty_one_is_one_line(tmp_path):
+    got = aime.load(str(FIXTURES / "aime_2*.parquet"), cache_dir=tmp_path / "cache")
+    want = aime.load(FIXTURES / "aime_2024.parquet", cache_dir=tmp_path / "cache")
+    assert [dict(r, source="") for r in got] == [dict(r, source="") for r in want]
+    with pytest.raises(DataError, match=r"test-\*.parquet: no files match"):
+        aime.load(str(FIXTURES / "test-*.parquet"), cache_dir=tmp_path / "cache")

@@ -463,3 +463,30 @@ def test_the_rating_estimate_rejects_empty_input():
         cf.estimate_rating([])
     with pytest.raises(ValueError):
         cf.estimate_rating([(800, True)], confidence=1.5)
+
+
+def test_a_glob_pattern_reads_the_shards_it_matches_in_order(capsys):
+    shards = str(FIXTURES / "codeforces_t*.parquet")          # test then train, sorted by path
+    got = cf.load(shards)
+    assert got == cf.load(FIXTURES / "codeforces_test.parquet") + \
+        cf.load(FIXTURES / "codeforces_train.parquet")
+    with pytest.raises(DataError, match=r"train-\*.parquet: no files match"):
+        cf.load(str(FIXTURES / "train-*.parquet"))
+
+
+def test_the_data_stage_joins_the_generated_tests_folder_to_rl_and_test_problems(tmp_path):
+    from gspo.config import ConfigError
+    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from gspo.io import read_jsonl
+    from pipeline import data
+
+    cfg = DataGenConfig(out_dir=str(tmp_path), tasks=["cf"], files=DataFiles(cf=TaskFiles(
+        sft=str(FIXTURES / "codeforces_cots.parquet"), rl=str(FIXTURES / "codeforces_train.parquet"),
+        test=str(FIXTURES / "codeforces_test.parquet"),
+        generated_tests=str(FIXTURES / "generated_tests"))))
+    paths = data.generate(cfg)
+    rl = {r["id"]: r for r in read_jsonl(paths["cf_rl"])}
+    assert [t["output"] for t in rl["1900/D"]["tests"]] == ["2\n", "-8\n", "14\n"]
+    assert [r["id"] for r in read_jsonl(paths["cf_sft"])] == ["1900/A"]
+    with pytest.raises(ConfigError, match="aime.generated_tests: is for cf only"):
+        DataFiles(aime=TaskFiles(generated_tests=str(FIXTURES / "generated_tests")))

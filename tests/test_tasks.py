@@ -31,7 +31,7 @@ def test_batched_scores_are_each_benchmark_s_own_score_in_order():
 @pytest.mark.parametrize("name", tasks.BENCHMARKS)
 def test_every_benchmark_module_offers_the_shared_interface(name):
     mod = tasks.module(name)
-    for fn in ("generate", "load", "format_prompt", "score", "score_many"):
+    for fn in ("generate", "load", "load_sft", "format_prompt", "score", "score_many"):
         assert callable(getattr(mod, fn)), fn
     assert {"id", "task", "prompt"} <= set(mod.RECORD_FIELDS)
     for rec in mod.generate(3, split="test", seed=0, **({"difficulty": "easy"} if name == "aime" else {})):

@@ -598,4 +598,4 @@ def test_the_paper_protocol_preset_sets_the_papers_evaluation_in_one_place():
     lcb = plan.data_cfg.files.lcb
     assert (lcb.test_start, lcb.test_end) == ("2024-10-01", "2025-02-01") and lcb.test
     # the real-scale data stays as it was
-    assert plan.data_cfg.files.aime.test.endswith("aime_2024.jsonl")
+    assert plan.data_cfg.files.aime.test.endswith("train-00000-of-00001.parquet")

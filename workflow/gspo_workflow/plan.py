@@ -16,6 +16,7 @@ stage files and, on their command line, the MLflow store, experiment and tags
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import math
@@ -253,10 +254,11 @@ class Plan:
         d["tasks"] = self.data_tasks
         cfg = self._typed(DataGenConfig, d, "data")
         for task in TASKS:
-            for part in PARTS:
+            for part in (*PARTS, "generated_tests"):     # a generated_tests folder is local
                 src = getattr(getattr(cfg.files, task), part)
-                if src and (src.startswith((".", "/")) or src.endswith((".json", ".jsonl", ".parquet", ".csv"))) \
-                        and not pathlib.Path(src).exists():
+                local = part == "generated_tests" or src.startswith((".", "/")) or \
+                    src.endswith((".json", ".jsonl", ".parquet", ".csv"))
+                if src and local and not (glob.glob(src) if "*" in src else pathlib.Path(src).exists()):
                     msg = f"{src}: file not found"
                     if self.dry_run:
                         print(f"warning: config: data.files.{task}.{part}: {msg}", file=sys.stderr)
