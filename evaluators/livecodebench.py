@@ -34,6 +34,7 @@ from evaluators.judge import VERDICTS, extract_code  # noqa: F401 - part of this
 from evaluators.lcb_generator import (  # noqa: F401 - the generator is part of this module's API
     DATE_RANGE, GENERATED_MEMORY_MB, GENERATED_TIMEOUT_S, TASK, TEMPLATE_NAMES, TEMPLATES, Template,
     draw_round_robin, encode_private_tests, generate, make_problem, release_date, split_of)
+from evaluators.math_sources import looks_offline
 from evaluators.sources import read_rows
 from gspo.io import DataError
 
@@ -259,7 +260,16 @@ def _hub_dataset(name: str, split: str, version: str | None):
     # split named "train" whatever LiveCodeBench calls it (`split` is kept for datasets that
     # define their own splits).
     kwargs = {"data_files": hub_data_files(version)} if "code_generation" in name else {}
-    return datasets.load_dataset(name, split="train" if kwargs else split, **kwargs)
+    try:
+        return datasets.load_dataset(name, split="train" if kwargs else split, **kwargs)
+    except Exception as e:  # noqa: BLE001 - one line naming the dataset, whatever went wrong
+        files = f" (files {', '.join(kwargs['data_files'])})" if kwargs else f" (split {split})"
+        if looks_offline(e):
+            raise DataError(f"{name}{files}: not in the local Hugging Face cache and no network; "
+                            f"download it with `huggingface-cli download {name} --repo-type "
+                            "dataset` or point data.files.lcb at local files") from None
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DataError(f"{name}{files}: cannot load it ({type(e).__name__}: {msg})") from None
 
 
 def load(source, *, split: str = "test", version: str | None = None, start_date=None,

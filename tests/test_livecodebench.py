@@ -6,6 +6,8 @@ import json
 import os
 import pathlib
 import pickle
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -519,3 +521,19 @@ def test_the_data_stage_reads_sft_files_with_the_sft_loader(tmp_path):
     cfg.files.lcb.sft = str(FIXTURES / "train.jsonl")
     with pytest.raises(DataError, match="train.jsonl:1: missing field 'solution'"):
         data.generate(cfg)
+
+
+def test_a_hub_release_out_of_reach_is_one_line_saying_what_to_download(tmp_path):
+    code = ("from evaluators import livecodebench as lcb\nfrom gspo.io import DataError\n"
+            "for f in (lambda: lcb.load('livecodebench/code_generation_lite', version='v5'),\n"
+            "          lambda: lcb.load_sft('someone/lcb-style-sft')):\n"
+            "    try:\n        f()\n    except DataError as e:\n        print(e)\n")
+    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=pathlib.Path(__file__).parents[1], timeout=120)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2, (out.stdout, out.stderr[-2000:])
+    assert lines[0].startswith("livecodebench/code_generation_lite (files test5.jsonl): not in "
+                               "the local Hugging Face cache")
+    assert "huggingface-cli download someone/lcb-style-sft" in lines[1]
