@@ -62,6 +62,8 @@ class TaskFiles:
                              "no bound)")
     test_end: str = option("", "lcb only: keep test problems released on or before this ISO "
                            "date ('': no bound)")
+    test_split: str = option("", "a hub name as test: the dataset split it reads ('': the "
+                             "loader's default; open-r1/codeforces: test)")
     generated_tests: str = option("", "cf only: open-r1/codeforces' generated_tests folder "
                                   "(parquet files of problem_id, input, output, test_case_i); "
                                   "its tests join the rl and test problems' official ones")
@@ -76,11 +78,15 @@ class TaskFiles:
               "test_start", f"{self.test_start} is after test_end {self.test_end}")
         check(not self.window or self.test, "test_start",
               "filters a loaded test file by release date; set test to that file")
+        check(not self.test_split or self.test, "test_split", "is the split of a hub dataset "
+              "named as test; set test to its name")
 
     def load_kwargs(self, part: str) -> dict:
         """The loader's keywords beside the source for `part` ('rl' or 'test')."""
         kw = {"generated_tests": self.generated_tests} if self.generated_tests else {}
-        return {**kw, **self.window} if part == "test" else kw
+        if part != "test":
+            return kw
+        return {**kw, **self.window, **({"split": self.test_split} if self.test_split else {})}
 
     @property
     def window(self) -> dict:

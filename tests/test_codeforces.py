@@ -490,3 +490,25 @@ def test_the_data_stage_joins_the_generated_tests_folder_to_rl_and_test_problems
     assert [r["id"] for r in read_jsonl(paths["cf_sft"])] == ["1900/A"]
     with pytest.raises(ConfigError, match="aime.generated_tests: is for cf only"):
         DataFiles(aime=TaskFiles(generated_tests=str(FIXTURES / "generated_tests")))
+
+
+def test_a_hub_name_as_test_reads_the_split_named_by_test_split(monkeypatch, tmp_path):
+    import datasets
+
+    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from pipeline import data
+
+    asked = []
+
+    def hub(name, config=None, split=None, **kw):      # stands in for the hub: no network here
+        asked.append((name, split))
+        return pq.read_table(FIXTURES / "codeforces_test.parquet").to_pylist() \
+            if split == "test" else []
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    cfg = DataGenConfig(out_dir=str(tmp_path), tasks=["cf"], files=DataFiles(cf=TaskFiles(
+        test="open-r1/codeforces", test_split="test")))
+    assert [r["id"] for r in data.loaded("cf", "open-r1/codeforces", 0,
+                                         cfg.files.cf.load_kwargs("test"))] == \
+        ["2000/A", "2000/B", "2000/C"]
+    assert asked == [("open-r1/codeforces", "test")]
