@@ -62,6 +62,8 @@ class TaskFiles:
                              "no bound)")
     test_end: str = option("", "lcb only: keep test problems released on or before this ISO "
                            "date ('': no bound)")
+    version: str = option("", "lcb only, hub names: the LiveCodeBench release read "
+                          "(release_v5: its files 1-5; v5: file 5 alone; '': all)")
     test_split: str = option("", "a hub name as test: the dataset split it reads ('': the "
                              "loader's default; open-r1/codeforces: test)")
     generated_tests: str = option("", "cf only: open-r1/codeforces' generated_tests folder "
@@ -78,12 +80,15 @@ class TaskFiles:
               "test_start", f"{self.test_start} is after test_end {self.test_end}")
         check(not self.window or self.test, "test_start",
               "filters a loaded test file by release date; set test to that file")
+        check(re.fullmatch(r"(release_v\d+|v\d+|release_latest)?", self.version) is not None,
+              "version", f"must be release_vN, vN or release_latest, got {self.version!r}")
         check(not self.test_split or self.test, "test_split", "is the split of a hub dataset "
               "named as test; set test to its name")
 
     def load_kwargs(self, part: str) -> dict:
         """The loader's keywords beside the source for `part` ('rl' or 'test')."""
         kw = {"generated_tests": self.generated_tests} if self.generated_tests else {}
+        kw.update({"version": self.version} if self.version else {})
         if part != "test":
             return kw
         return {**kw, **self.window, **({"split": self.test_split} if self.test_split else {})}
@@ -109,6 +114,9 @@ class DataFiles:
         for task in ("aime", "lcb"):     # only open-r1/codeforces has a generated-tests folder
             check(not getattr(self, task).generated_tests, f"{task}.generated_tests",
                   "is for cf only (open-r1/codeforces' generated_tests folder)")
+        for task in ("aime", "cf"):      # only LiveCodeBench publishes releases
+            check(not getattr(self, task).version, f"{task}.version",
+                  "is for lcb only (LiveCodeBench's release files)")
 
 
 # The tasks data can be made for are the fields of DataFiles: the library never lists the

@@ -537,3 +537,25 @@ def test_a_hub_release_out_of_reach_is_one_line_saying_what_to_download(tmp_path
     assert lines[0].startswith("livecodebench/code_generation_lite (files test5.jsonl): not in "
                                "the local Hugging Face cache")
     assert "huggingface-cli download someone/lcb-style-sft" in lines[1]
+
+
+def test_the_release_version_and_window_from_the_config_reach_the_hub_loader(monkeypatch, tmp_path):
+    import datasets
+
+    from gspo.config import ConfigError
+    from gspo.data_config import TaskFiles
+    from pipeline import data
+
+    asked = []
+
+    def hub(name, split=None, data_files=None, **kw):  # stands in for the hub: no network here
+        asked.append((name, data_files))
+        return [json.loads(x) for x in (FIXTURES / "test5.jsonl").open()]
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    files = TaskFiles(test="livecodebench/code_generation_lite", version="v5",
+                      test_start="2024-10-01", test_end="2025-02-01")
+    recs = data.loaded("lcb", files.test, 0, files.load_kwargs("test"))
+    assert asked == [("livecodebench/code_generation_lite", ["test5.jsonl"])] and len(recs) == 5
+    with pytest.raises(ConfigError, match="version: must be release_vN, vN or release_latest"):
+        TaskFiles(test="livecodebench/code_generation_lite", version="5")
