@@ -3,8 +3,6 @@
 import json
 import pathlib
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +12,7 @@ import pytest
 from evaluators import codeforces as cf
 from evaluators import sandbox, tasks
 from gspo.io import DataError
+from toys import offline_errors
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "codeforces"
 PROBLEMS = FIXTURES / "codeforces_train.parquet"
@@ -352,17 +351,8 @@ def test_a_hub_dataset_out_of_reach_is_one_line_saying_what_to_download(monkeypa
 
 
 def test_offline_for_real_the_hub_names_give_the_one_line(tmp_path):
-    code = ("from evaluators import codeforces as cf\n"
-            "from gspo.io import DataError\n"
-            "for f, name in ((cf.load, 'open-r1/codeforces'), "
-            "(cf.load_sft, 'open-r1/codeforces-cots')):\n"
-            "    try:\n        f(name)\n    except DataError as e:\n        print(e)\n")
-    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         cwd=pathlib.Path(__file__).parents[1], timeout=120)
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 2, (out.stdout, out.stderr[-2000:])
+    lines = offline_errors("cf.load('open-r1/codeforces')\ncf.load_sft('open-r1/codeforces-cots')",
+                           tmp_path)
     assert lines[0].startswith("open-r1/codeforces (split train): not in the local Hugging Face")
     assert lines[1].startswith("open-r1/codeforces-cots (config solutions_py, split train): not in")
 

@@ -6,8 +6,6 @@ import json
 import os
 import pathlib
 import pickle
-import subprocess
-import sys
 import zlib
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from evaluators import livecodebench as lcb
 from evaluators import sandbox, tasks
 from gspo.io import DataError
+from toys import offline_errors
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
@@ -524,16 +523,8 @@ def test_the_data_stage_reads_sft_files_with_the_sft_loader(tmp_path):
 
 
 def test_a_hub_release_out_of_reach_is_one_line_saying_what_to_download(tmp_path):
-    code = ("from evaluators import livecodebench as lcb\nfrom gspo.io import DataError\n"
-            "for f in (lambda: lcb.load('livecodebench/code_generation_lite', version='v5'),\n"
-            "          lambda: lcb.load_sft('someone/lcb-style-sft')):\n"
-            "    try:\n        f()\n    except DataError as e:\n        print(e)\n")
-    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         cwd=pathlib.Path(__file__).parents[1], timeout=120)
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == 2, (out.stdout, out.stderr[-2000:])
+    lines = offline_errors("lcb.load('livecodebench/code_generation_lite', version='v5')\n"
+                           "lcb.load_sft('someone/lcb-style-sft')", tmp_path)
     assert lines[0].startswith("livecodebench/code_generation_lite (files test5.jsonl): not in "
                                "the local Hugging Face cache")
     assert "huggingface-cli download someone/lcb-style-sft" in lines[1]

@@ -30,3 +30,24 @@ def memorise(base_dir, out_dir, pairs, steps=80):
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     return out_dir
+
+
+def offline_errors(calls: str, tmp_path) -> list[str]:
+    """The DataError lines of `calls` (Python statements, one call a line, the evaluators
+    imported as modules) run in a fresh interpreter with the Hugging Face hub offline and an
+    empty cache: what a user without the dataset sees."""
+    import pathlib
+    import subprocess
+    import sys
+
+    body = "".join(f"try:\n    {c}\nexcept DataError as e:\n    print(e)\n"
+                   for c in calls.strip().splitlines())
+    code = ("from evaluators import codeforces as cf, livecodebench as lcb\n"
+            "from gspo.io import DataError\n" + body)
+    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=pathlib.Path(__file__).parents[1], timeout=120)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == len(calls.strip().splitlines()), (out.stdout, out.stderr[-2000:])
+    return lines
