@@ -44,8 +44,14 @@ def artifact_root_for(uri: str) -> str | None:
     return None
 
 
+# MLflow 3's UI opens an experiment on the view its kind names; without the tag it opens on the
+# GenAI overview ("No data available"), and the training runs are a click away.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def experiment_id(cl, name: str, *, create: bool = True) -> str | None:
-    """The id of experiment `name`, created (once, even with concurrent callers) when missing."""
+    """The id of experiment `name`, created (once, even with concurrent callers) when missing,
+    tagged as a model-training experiment (EXPERIMENT_KIND)."""
     exp = retry(cl.get_experiment_by_name, name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
@@ -59,7 +65,7 @@ def experiment_id(cl, name: str, *, create: bool = True) -> str | None:
         return None
     try:
         return retry(cl.create_experiment, name,
-                     artifact_location=artifact_root_for(cl.tracking_uri))
+                     artifact_location=artifact_root_for(cl.tracking_uri), tags=EXPERIMENT_KIND)
     except Exception:  # noqa: BLE001 - another process created it first
         exp = retry(cl.get_experiment_by_name, name)
         if exp is None:

@@ -104,7 +104,7 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
             if f"eval/{b}/pass_at_1" in keys:
                 rec["eval"][b] = {suffix: _history(cl, rec["run_id"], f"eval/{b}/{suffix}")
                                   for suffix in ("pass_at_1", "pass_at_1_ci_low",
-                                                 "pass_at_1_ci_high")
+                                                 "pass_at_1_ci_high", "rating")
                                   if f"eval/{b}/{suffix}" in keys}
         data["rl"].append(rec)
     data["rl"].sort(key=lambda r: (r["variant"] or "", r["seed"]))
@@ -120,7 +120,11 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
                "ci_high": m.get("pass_at_1_ci_high"), "compute_flops": m.get("compute_flops"),
                "rating": m.get("rating"), "n_problems": m.get("n_problems")}
         if with_problems:
-            rec["problems"] = {r["id"]: r["avg@n"] for r in _download_results(cl, rec["run_id"])}
+            results = _download_results(cl, rec["run_id"])
+            rec["problems"] = {r["id"]: r["avg@n"] for r in results}
+            if rec["benchmark"] == "cf":      # the problems' ratings, for the Elo estimate
+                rec["ratings"] = {r["id"]: r["rating"] for r in results
+                                  if r.get("rating") is not None}
         data["evals"].append(rec)
     data["evals"].sort(key=lambda r: (r["variant"] or "", r["seed"], r["budget"], r["benchmark"] or ""))
     return data

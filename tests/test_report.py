@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from pipeline.report import (collapse_check, moe_summary, paired_diff, smooth,
+from pipeline.report import (collapse_check, final_scores, moe_summary, paired_diff, smooth,
                              variant_comparisons)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -232,3 +232,99 @@ def test_a_report_for_an_unknown_experiment_says_so(tmp_path):
                         "--out", str(tmp_path / "rep")], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode != 0 and "no MLflow experiment 'nope'" in r.stderr
+
+
+def test_codeforces_rows_carry_the_elo_of_the_problems_solved_with_interval_and_percentile():
+    from evaluators.codeforces import estimate_rating
+
+    ratings = {f"p{i}": 800 + 200 * i for i in range(8)}          # 800 .. 2200
+
+    def ev(variant, seed, solved_below):
+        probs = {p: float(r < solved_below) for p, r in ratings.items()}
+        return {"variant": variant, "algorithm": variant, "seed": seed, "budget": 0 if variant ==
+                "sft" else 100, "step": 0 if variant == "sft" else 10, "benchmark": "cf",
+                "pass_at_1": sum(probs.values()) / 8, "ci_low": 0, "ci_high": 1,
+                "problems": probs, "ratings": ratings, "n_problems": 8}
+
+    data = {"evals": [ev("sft", 0, 1200), ev("sft", 1, 1200),
+                      ev("gspo", 0, 1700), ev("gspo", 1, 1500)], "rl": []}
+    sft, gspo = final_scores(data, iters=200, confidence=0.95)
+    # a problem counts as solved when its score averaged over the seeds is at least 0.5
+    want = estimate_rating([(r, r < 1700) for r in ratings.values()])
+    assert gspo["elo"] == pytest.approx(want["rating"])
+    assert gspo["elo_low"] < gspo["elo"] < gspo["elo_high"]
+    assert gspo["elo_percentile"] == pytest.approx(want["percentile"])
+    assert sft["elo"] < gspo["elo"]
+
+
+def _curve_evals(budgets, *, r0=0.2, a=0.6, b=1.2, c_mid=5e10, seeds=(0, 1), n=40):
+    """Eval records whose problems' mean follows R(C) exactly at each budget (the problems
+    scatter around it by fixed offsets that average to 0)."""
+    from pipeline.report.scaling import curve_values
+
+    offsets = [0.1 * ((i % 5) - 2) for i in range(n)]                   # mean 0
+    out = []
+    for budget in [0] + list(budgets):
+        c = 1e12 * budget / 100
+        mean = r0 if budget == 0 else float(curve_values([c], r0, a, b, c_mid)[0])
+        for s in seeds:
+            out.append({"variant": "sft" if budget == 0 else "gspo", "algorithm": "gspo",
+                        "seed": s, "budget": budget, "step": budget, "benchmark": "aime",
+                        "compute_flops": c, "pass_at_1": mean,
+                        "problems": {f"p{i}": mean + o for i, o in enumerate(offsets)}})
+    return out
+
+
+def test_the_scaling_fit_recovers_a_known_curve_with_intervals_around_it():
+    from pipeline.report.scaling import scaling_fits
+
+    data = {"evals": _curve_evals([1, 2, 5, 10, 20, 50, 100])}
+    (f,) = scaling_fits(data, iters=100, confidence=0.95)
+    assert f["status"] == "fitted" and f["n_points"] == 7 and f["r0"] == pytest.approx(0.2)
+    assert f["asymptote"] == pytest.approx(0.6, abs=0.01)
+    assert f["efficiency"] == pytest.approx(1.2, rel=0.1)
+    assert f["c_mid"] == pytest.approx(5e10, rel=0.15)
+    for k in ("asymptote", "efficiency", "c_mid"):
+        assert f[f"{k}_ci_low"] <= f[k] <= f[f"{k}_ci_high"], k
+    assert f["fitted"][0][0] == pytest.approx(1e10) and len(f["fitted"]) == 50
+
+
+def test_too_few_budgets_are_not_fitted_and_say_so():
+    from pipeline.report.scaling import scaling_fits
+
+    (f,) = scaling_fits({"evals": _curve_evals([25, 50, 100])}, iters=50, confidence=0.95)
+    assert f["status"].startswith("too few points to fit (3 budgets above 0")
+    assert "asymptote" not in f
+
+
+def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(tmp_path):
+    from pipeline.report import files, figures, model
+
+    evals = _curve_evals([10, 20, 50, 100])
+    cf = [dict(e, benchmark="cf", ratings={f"p{i}": 800 + 50 * i for i in range(40)})
+          for e in evals]
+    runs = []
+    for s in (0, 1):
+        run = dict(_run("gspo", "gspo", s, steps=100), tags={})
+        run["train"]["compute_flops"] = [(st, 1e10 * st) for st in range(1, 101)]
+        for bench, es in (("aime", evals), ("cf", cf)):
+            mine = [e for e in es if e["seed"] == s and e["variant"] == "gspo"]
+            run["eval"][bench] = {"pass_at_1": [(0, 0.2)] + [(e["step"], e["pass_at_1"])
+                                                            for e in mine]}
+        run["eval"]["cf"]["rating"] = [(0, 900.0)] + [(e["step"], 900.0 + 5 * e["step"])
+                                                     for e in evals if e["seed"] == s
+                                                     and e["variant"] == "gspo"]
+        runs.append(run)
+    data = {"experiment": "x", "experiment_id": "1", "tracking_uri": "sqlite:///x.db",
+            "rl": runs, "sft": [], "evals": evals + cf}
+    report = model.from_data("x", data, {"bootstrap_iters": 50})
+    head = files.write(report, tmp_path)
+    figures.draw(report, tmp_path)
+    fit = {f["benchmark"]: f for f in head["scaling_fits"]}["aime"]
+    assert fit["status"] == "fitted" and {"asymptote", "efficiency", "c_mid"} <= set(fit)
+    cf_row = [r for r in head["final_scores"] if r["benchmark"] == "cf" and r["variant"] == "gspo"]
+    assert cf_row[0]["elo_low"] <= cf_row[0]["elo"] <= cf_row[0]["elo_high"]
+    page = (tmp_path / "index.html").read_text()
+    assert "Scaling-curve fit (ScaleRL)" in page and "elo_percentile" in page
+    assert (tmp_path / "score_vs_compute.png").stat().st_size > 0
+    assert "asymptote" in (tmp_path / "scaling_fits.csv").read_text()

@@ -177,6 +177,15 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
     assert again.data.tags["resumed_at_step"] == str(latest)
 
 
+def test_experiments_are_created_as_model_training_experiments(tmp_path):
+    # MLflow 3's UI opens an experiment on the view its kind tag names (training runs here)
+    from gspo import tracking
+
+    cl = _client(tmp_path / "db.sqlite")
+    exp = cl.get_experiment(tracking.experiment_id(cl, "e"))
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 def test_replacing_an_evaluation_metric_leaves_one_value_at_its_step(tmp_path):
     from gspo import tracking
 

@@ -16,7 +16,9 @@ writes DIR (default results/<experiment>/report/):
 - final_scores.csv: per algorithm and benchmark, pass@1 at the largest budget: the mean over
   seeds with a bootstrap confidence interval over problems (each problem's score averaged over
   seeds first, so the interval reflects problem sampling; the seed range is given beside it),
-  and the SFT model's score as the baseline;
+  and the SFT model's score as the baseline; CodeForces rows add the Elo of the problems solved
+  (elo, elo_low, elo_high, elo_percentile; also in summary.json, and against compute in
+  score_vs_compute.png);
 - stability.csv: per run, best and final smoothed reward and whether it collapsed (the rule
   below), its MLflow status and skipped non-finite updates;
 - variants.csv: each configured variant against its baseline (config `variants`, e.g. GSPO with

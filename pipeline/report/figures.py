@@ -42,22 +42,32 @@ def style(variant: str, runs) -> dict:
 
 
 def fig_score(report, path: pathlib.Path):
-    """Each benchmark's pass@1 against RL compute, mean over seeds with the seed range."""
+    """Each benchmark's pass@1 against RL compute, mean over seeds with the seed range, the
+    fitted scaling curve dashed (pipeline.report.scaling), and CodeForces' Elo when it was
+    evaluated."""
     plt = _plt()
-    n = max(1, len(report.benches))
+    panels = [(b, "pass_at_1", TITLES.get(b, b), "pass@1") for b in report.benches]
+    if any(r["eval"].get("cf", {}).get("rating") for r in report.data["rl"]):
+        panels.append(("cf", "rating", "CodeForces Elo", "Elo rating"))
+    fits = {(f["variant"], f["benchmark"]): f["fitted"] for f in report.fits if f.get("fitted")}
+    n = max(1, len(panels))
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
-    for ax, bench in zip(axes[0], report.benches):
+    for ax, (bench, metric, title, ylabel) in zip(axes[0], panels):
         for var, runs in sorted(report.by_variant.items()):
-            cur = curve(runs, f"eval/{bench}")
+            cur = curve(runs, f"eval/{bench}", metric=metric)
             if not cur:
                 continue
             xs, ys, lo, hi, _ = zip(*cur)
             st = style(var, runs)
             ax.plot(xs, ys, label=f"{var} (n={len(runs)})", **st)
             ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.18, linewidth=0)
-        ax.set_title(TITLES.get(bench, bench))
+            fitted = fits.get((var, bench)) if metric == "pass_at_1" else None
+            if fitted:
+                fx, fy = zip(*fitted)
+                ax.plot(fx, fy, color=st["color"], linestyle="--", linewidth=1)
+        ax.set_title(title)
         ax.set_xlabel("RL training compute (FLOPs)")
-        ax.set_ylabel("pass@1")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     _save(fig, path)

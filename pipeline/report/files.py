@@ -8,7 +8,8 @@ import io
 import pathlib
 
 from pipeline.report import html
-from pipeline.report.model import MOE_COLS, STABILITY_COLS, TABLE_COLS, VARIANT_COLS, Report
+from pipeline.report.model import (FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS,
+                                   VARIANT_COLS, Report)
 
 
 def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
@@ -24,7 +25,8 @@ def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
 
 def headline(report: Report) -> dict:
     """summary.json: the final scores, clip fractions and their ratios, collapsed runs,
-    variant comparisons, the MoE ablation and the provenance."""
+    variant comparisons, the scaling-curve fits (asymptote, efficiency, c_mid), the MoE ablation
+    and the provenance."""
     prov = report.provenance
     return {"experiment": report.experiment, "tracking_uri": report.data["tracking_uri"],
             "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
@@ -34,13 +36,15 @@ def headline(report: Report) -> dict:
             "collapsed_runs": [f"{r['variant']}-seed{r['seed']}"
                                for r in report.stability if r["collapsed"]],
             "variants": report.comparisons,
+            "scaling_fits": [{k: v for k, v in r.items() if k != "fitted"} for r in report.fits],
             "moe": dict(report.moe) if report.moe else None,
             "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
             "rebuild_command": f"python -m pipeline.report --experiment {report.experiment}"}
 
 
 def write(report: Report, out: pathlib.Path) -> dict:
-    """final_scores.csv, stability.csv, variants.csv, moe.csv, summary.json and index.html into
+    """final_scores.csv, stability.csv, variants.csv, moe.csv, scaling_fits.csv, summary.json and
+    index.html into
     `out`; returns the headline (summary.json's content)."""
     from gspo.io import atomic_write_text, write_json
 
@@ -48,6 +52,7 @@ def write(report: Report, out: pathlib.Path) -> dict:
     write_csv(out / "stability.csv", report.stability, STABILITY_COLS)
     write_csv(out / "variants.csv", report.comparisons, VARIANT_COLS)
     write_csv(out / "moe.csv", report.moe["rows"] if report.moe else [], MOE_COLS)
+    write_csv(out / "scaling_fits.csv", report.fits, FIT_COLS)
     head = headline(report)
     write_json(out / "summary.json", head)
     atomic_write_text(out / "index.html", html.render(report))

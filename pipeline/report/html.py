@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from html import escape as esc
 
-from pipeline.report.model import MOE_COLS, STABILITY_COLS, TABLE_COLS
+from pipeline.report.model import FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS
 from pipeline.report.verdicts import MOE_CLAIM
 
 STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
@@ -46,11 +46,16 @@ def _scores(report) -> list[str]:
         "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
         "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
         "<p>pass@1 = mean over samples and problems; curve = mean over seeds, band = lowest to "
-        "highest seed.</p>",
+        "highest seed. CodeForces Elo: the rating whose expected solves match the problems "
+        "solved (a problem counts as solved when at least half its samples pass).</p>",
         "<h2>Final scores</h2>",
         "<p>pass@1 at the largest budget, mean over seeds, with a bootstrap interval over "
         "problems (per-problem scores averaged over seeds); <code>vs_sft</code> is the paired "
         "difference to the SFT model on the same problems.</p>",
+        "<p>CodeForces rows also give the Elo of the problems solved at the final budget "
+        "(scores averaged over seeds), with its likelihood-ratio interval and percentile among "
+        "a reference distribution of human ratings (evaluators.codeforces; normal, mean 1400, "
+        "sd 350: an approximation, not official data).</p>",
         table(report.table, TABLE_COLS)]
 
 
@@ -84,6 +89,21 @@ def _variants(comps: list[dict]) -> list[str]:
                "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
                "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"],
               digits=4)]
+
+
+def _fits(fits: list[dict]) -> list[str]:
+    if not fits:
+        return []
+    return [
+        "<h2>Scaling-curve fit (ScaleRL)</h2>",
+        "<p>Per variant and benchmark, R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted to "
+        "pass@1 against RL training compute (Khatri et al. 2025): R0 is the SFT model's score, "
+        "<code>asymptote</code> A the score the recipe tends to, <code>efficiency</code> B how "
+        "fast it gets there, <code>c_mid</code> the compute at half the gain. Least squares on "
+        "the mean over seeds at each budget; intervals from a bootstrap over problems and seeds. "
+        "Fewer than four budgets above 0 are not fitted (three free parameters would fit "
+        "noise). The fitted curves are the dashed lines in the first figure.</p>",
+        table(fits, FIT_COLS, digits=4)]
 
 
 def _moe(moe: dict | None) -> list[str]:
@@ -154,5 +174,6 @@ def _provenance(report) -> list[str]:
 
 def render(report) -> str:
     """index.html's text."""
-    return "\n".join(_scores(report) + _variants(list(report.comparisons)) + _moe(report.moe)
+    return "\n".join(_scores(report) + _fits(report.fits) + _variants(list(report.comparisons))
+                     + _moe(report.moe)
                      + _training(report) + _provenance(report))

@@ -7,7 +7,7 @@ import dataclasses
 import pathlib
 import tempfile
 
-from pipeline.report import stats
+from pipeline.report import scaling, stats
 
 DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
             "collapse": {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}}
@@ -15,7 +15,7 @@ DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
 # the columns of the report's tables (CSV files and the page)
 TABLE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "seeds", "pass_at_1",
               "ci_low", "ci_high", "seed_min", "seed_max", "vs_sft", "vs_sft_ci_low",
-              "vs_sft_ci_high", "n_problems"]
+              "vs_sft_ci_high", "n_problems", "elo", "elo_low", "elo_high", "elo_percentile"]
 STABILITY_COLS = ["variant", "algorithm", "seed", "status", "steps", "best_smoothed_reward",
                   "best_step", "final_smoothed_reward", "collapsed", "skipped_updates", "run_id"]
 VARIANT_COLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_at_1",
@@ -24,6 +24,9 @@ VARIANT_COLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_
                 "baseline_old_logprob_s", "old_logprob_share", "compute_ratio",
                 "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
                 "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"]
+FIT_COLS = ["variant", "algorithm", "benchmark", "status", "n_points", "seeds", "n_problems",
+            "asymptote", "asymptote_ci_low", "asymptote_ci_high", "efficiency",
+            "efficiency_ci_low", "efficiency_ci_high", "c_mid", "c_mid_ci_low", "c_mid_ci_high"]
 MOE_COLS = ["variant", "algorithm", "routing_replay", "replay_source", "seeds", "volatility",
             "volatility_seed_min", "volatility_seed_max", "engine_routing_mismatch",
             "load_entropy", "max_expert_share",
@@ -36,7 +39,8 @@ class Report:
     """One experiment's report. `data` is pipeline.aggregate.collect's; `rule` the collapse
     rule's settings; `table` the final scores (stats.final_scores), `stability` one row per run,
     `comparisons` the variants against their baselines, `moe` the MoE ablation (None for dense
-    experiments); `clips`/`clips_off` the mean clipped-token fraction per variant (all and
+    experiments); `fits` the ScaleRL compute-score fit per variant and benchmark
+    (pipeline.report.scaling); `clips`/`clips_off` the mean clipped-token fraction per variant (all and
     off-policy minibatches), `ratios` each variant's against GRPO's; `provenance` what the runs
     were made with (workflow_config: the master config's text, or None)."""
 
@@ -49,6 +53,7 @@ class Report:
     stability: list[dict]
     comparisons: list[dict]
     moe: dict | None
+    fits: list[dict]
     clips: dict
     clips_off: dict
     ratios: dict
@@ -108,7 +113,8 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
         benches=[b for b in BENCHMARKS if any(b in r["eval"] for r in data["rl"])],
         table=table, stability=stab,
         comparisons=stats.variant_comparisons(data, table, **ci),
-        moe=stats.moe_summary(data, table, stab, **ci), clips=clips,
+        moe=stats.moe_summary(data, table, stab, **ci),
+        fits=scaling.scaling_fits(data, **ci), clips=clips,
         clips_off={a: stats.mean_clip(runs, "clip_frac_tokens_offpolicy")
                    for a, runs in groups.items()},
         ratios={f"{a}/grpo": clips[a] / clips["grpo"] for a in clips

@@ -43,20 +43,21 @@ def by_variant(runs) -> dict[str, list]:
     return out
 
 
-def curve(runs, key: str, window: int = 1) -> list[tuple]:
+def curve(runs, key: str, window: int = 1, metric: str = "pass_at_1") -> list[tuple]:
     """One series over seeds at the steps every run has: [(x = mean compute at the step, mean,
     lowest seed, highest seed)].
 
     `key` is a training metric (smoothed by a trailing moving mean over `window` steps when
-    window > 1) or "eval/<bench>": that benchmark's pass@1 at each checkpoint, where step 0 (the
-    SFT model) sits at compute 0 and each point also carries its step as a fifth element."""
+    window > 1) or "eval/<bench>": that benchmark's `metric` (pass@1, or cf's Elo "rating") at
+    each checkpoint, where step 0 (the SFT model) sits at compute 0 and each point also carries
+    its step as a fifth element."""
     bench = key[len("eval/"):] if key.startswith("eval/") else None
     per_run, comp = [], []
     for run in runs:
         if bench is None:
             hist = run["train"].get(key, [])
         else:
-            hist = run["eval"].get(bench, {}).get("pass_at_1", [])
+            hist = run["eval"].get(bench, {}).get(metric, [])
         vals = [v for _, v in hist]
         per_run.append(dict(zip([s for s, _ in hist], smooth(vals, window) if window > 1 else vals)))
         c = dict(run["train"].get("compute_flops", []))
@@ -112,7 +113,24 @@ def _score_row(es: list[dict], *, iters: int, confidence: float) -> dict:
     return {"step": es[0]["step"], "seeds": len(es), "pass_at_1": mean, "ci_low": lo,
             "ci_high": hi, "seed_min": min(per_seed), "seed_max": max(per_seed),
             "per_seed": per_seed, "n_problems": len(common) or es[0].get("n_problems"),
+            **elo(es, common, per_problem if common else [], confidence=confidence),
             "_problems": dict(zip(common, per_problem)) if common else {}}
+
+
+def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: float) -> dict:
+    """CodeForces-style Elo of one variant (evaluators.codeforces.estimate_rating): a problem
+    counts as solved when its score, averaged over seeds, is at least 0.5 (as one run's
+    summary counts it); likelihood-ratio interval and percentile among the reference ratings.
+    {} for benchmarks whose problems carry no rating."""
+    from evaluators.codeforces import estimate_rating
+
+    ratings = es[0].get("ratings") or {}
+    outcomes = [(ratings[i], s >= 0.5) for i, s in zip(ids, scores) if i in ratings]
+    if not outcomes:
+        return {}
+    r = estimate_rating(outcomes, confidence=confidence)
+    return {"elo": r["rating"], "elo_low": r["low"], "elo_high": r["high"],
+            "elo_percentile": r["percentile"], "elo_bounded": r["bounded"]}
 
 
 def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
