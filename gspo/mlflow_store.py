@@ -44,9 +44,17 @@ def artifact_root_for(uri: str) -> str | None:
     return None
 
 
-# MLflow 3's UI opens an experiment on the view its kind names; without the tag it opens on the
-# GenAI overview ("No data available"), and the training runs are a click away.
+# The experiment's kind, as MLflow records it. MLflow 3.17's UI does not read it to choose a
+# view: it takes GenAI or Model training from the URL's workflowType parameter, else from the
+# browser's last choice, else GenAI (an overview of traces: "No data available"). ui_link is the
+# address that opens an experiment on its training runs.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+UI_VIEW = "workflowType=machine_learning"
+
+
+def ui_link(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI address of an experiment's training runs (`mlflow ui` serves `base`)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}?{UI_VIEW}"
 
 
 def experiment_id(cl, name: str, *, create: bool = True) -> str | None:

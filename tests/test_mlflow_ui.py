@@ -20,6 +20,8 @@ import urllib.request
 
 import pytest
 
+from gspo.mlflow_store import ui_link
+
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage", "--window-size=1400,1000"]
@@ -165,15 +167,19 @@ def browser(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_ui_web_page_shows_the_experiment_and_its_runs_in_headless_chromium(ui, browser):
+def test_the_ui_web_page_shows_the_experiment_and_its_runs_in_headless_chromium(ui, store,
+                                                                                 browser):
     exp = _http("GET", f"{ui}/api/2.0/mlflow/experiments/get-by-name?experiment_name=smoke")
     exp_id = exp["experiment"]["experiment_id"]
     browser.get(f"{ui}/#/experiments")
     assert "smoke" in browser.wait_for_text(["smoke"])
-    # the experiment's own page opens on its training runs (its kind tag; MLflow 3 would
-    # otherwise open it on the GenAI overview, "No data available")
-    browser.get(f"{ui}/#/experiments/{exp_id}")
-    text = browser.wait_for_text(["Training runs", "grpo-seed0", "gspo-seed1"])
-    assert "No data available" not in text
+    # the link the report gives opens the experiment on its training runs (MLflow 3.17 would
+    # open the bare address on its GenAI overview of traces, "No data available")
+    page = (store / "results" / "smoke" / "report" / "index.html").read_text()
+    link = ui_link(exp_id, ui)
+    assert ui_link(exp_id) in page
+    browser.get(link)
+    text = browser.wait_for_text(["Runs", "grpo-seed0", "gspo-seed1"])
+    assert "No data available" not in text and "Model training" in text
     for name in ("grpo-seed1", "gspo-seed0", "gspo-bf16-rollout-seed1", "sft", "report"):
         assert name in text

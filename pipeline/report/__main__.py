@@ -7,6 +7,8 @@ import argparse
 import pathlib
 import sys
 
+from gspo.mlflow_store import ui_link
+
 
 def _parser() -> argparse.ArgumentParser:
     import pipeline.report
@@ -38,6 +40,8 @@ def _print_headline(head: dict, out: pathlib.Path):
     if head["collapsed_runs"]:
         print(f"collapsed: {', '.join(head['collapsed_runs'])}")
     print(f"report: {out / 'index.html'}")
+    print(f"MLflow UI (mlflow ui --backend-store-uri {head['tracking_uri']}): "
+          f"{ui_link(head['experiment_id'])}")
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,7 @@ def headline(report: Report) -> dict:
     and the provenance."""
     prov = report.provenance
     return {"experiment": report.experiment, "tracking_uri": report.data["tracking_uri"],
+            "experiment_id": report.data["experiment_id"],
             "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
                              for r in report.table],
             "clip_frac_tokens": report.clips, "clip_frac_tokens_offpolicy": report.clips_off,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from html import escape as esc
 
+from gspo.mlflow_store import ui_link
+
 from pipeline.report.model import FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS
 from pipeline.report.verdicts import MOE_CLAIM
 
@@ -160,6 +162,9 @@ def _provenance(report) -> list[str]:
         f"<li>Workflow command: <code>{esc('; '.join(prov['workflow_command']) or '-')}</code></li>",
         f"<li>Rebuild this report: <code>python -m pipeline.report --experiment "
         f"{esc(report.experiment)}</code> (with MLFLOW_TRACKING_URI={esc(uri)})</li>",
+        f"<li>The runs in MLflow's UI: <code>mlflow ui --backend-store-uri {esc(uri)}</code>, "
+        f"then <a href='{esc(ui_link(report.data['experiment_id']))}'>"
+        f"{esc(ui_link(report.data['experiment_id']))}</a> (opens the training runs)</li>",
         f"<li>Seeds: {prov['seeds']}</li>",
         f"<li>Git commit: {esc(', '.join(prov['git_commit']) or '-')}</li>",
         f"<li>Versions: {esc(', '.join(prov['versions']) or '-')} | python "
