@@ -1,57 +1,76 @@
-"""Sandbox throughput: test executions per second, serial vs parallel.
+"""Sandbox throughput: test executions per second, one sandbox per test vs one per program.
 
-    python benchmarks/sandbox_throughput.py [--problems 300] [--tests 1] [--workers N] [--json]
+    python benchmarks/sandbox_throughput.py [--problems 200] [--tests 5] [--workers N] [--json]
 
 Runs the worked solutions of generated LiveCodeBench-style problems (stdin and call-based; one
-program per problem) on `--tests` of their tests each, once with one sandbox at a time and once
-with `--workers` sandboxes in parallel (default: all cores), checks every verdict is "passed",
-and prints both rates (test executions per second) side by side with their ratio. Every
-execution is a fresh bwrap sandbox; the numbers include its start-up and the interpreter's.
+program per problem) on `--tests` of their tests each (5 = all of them), `--workers` sandboxes at
+a time (default: all cores), two ways on the same programs and tests:
+
+* per test   - every test execution is a fresh bwrap sandbox and interpreter (sandbox.run_many;
+               how the judge ran tests before evaluators.batch);
+* per program - one sandbox per program runs all its tests, each in a fresh forked child
+               (evaluators.batch.run_program; how the judge runs them now).
+
+It checks that every verdict is "passed" both ways and prints both rates side by side with their
+ratio. Isolation between programs is the same both ways: one bwrap sandbox each.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import sys
 import time
 
 
-from evaluators import judge
+from evaluators import batch, judge
 from evaluators import livecodebench as lcb
 from evaluators import sandbox
 
 
-def build_jobs(n_problems: int, n_tests: int, seed: int):
-    recs = lcb.generate(n_problems, split="train", seed=seed)
-    jobs, tests = [], []
-    for rec in recs:
+def build_programs(n_problems: int, n_tests: int, seed: int):
+    """[(jobs, tests)] per program: its worked solution on its first `n_tests` tests."""
+    programs = []
+    for rec in lcb.generate(n_problems, split="train", seed=seed):
         code = judge.extract_code(rec["solution"])
         func = lcb.metadata(rec).get("func_name", "")
-        for t in lcb.tests_of(rec)[:n_tests]:
-            jobs.append(judge.make_job(code, t, func_name=func, timeout_s=rec["time_limit"],
-                                       memory_mb=rec["memory_limit"]))
-            tests.append(t)
-    return jobs, tests
+        tests = lcb.tests_of(rec)[:n_tests]
+        jobs = [judge.make_job(code, t, func_name=func, timeout_s=rec["time_limit"],
+                               memory_mb=rec["memory_limit"]) for t in tests]
+        programs.append((jobs, tests))
+    return programs
 
 
-def measure(jobs, tests, workers: int) -> dict:
+def per_test(programs, workers: int):
+    jobs = [j for js, _ in programs for j in js]
+    return sandbox.run_many(jobs, workers=workers)
+
+
+def per_program(programs, workers: int):
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = pool.map(lambda p: batch.run_program(p[0]), programs)
+        return [r for part in parts for r in part]
+
+
+def measure(name: str, fn, programs, workers: int) -> dict:
     t0 = time.perf_counter()
-    results = sandbox.run_many(jobs, workers=workers)
+    results = fn(programs, workers)
     seconds = time.perf_counter() - t0
+    tests = [t for _, ts in programs for t in ts]
     verdicts = [judge.judge(t, r, lcb.outputs_match) for t, r in zip(tests, results)]
-    bad = [v for v in verdicts if v != "passed"]
-    return {"workers": workers, "executions": len(jobs), "seconds": seconds,
-            "per_second": len(jobs) / seconds, "not_passed": len(bad)}
+    return {"mode": name, "workers": workers, "executions": len(results), "seconds": seconds,
+            "per_second": len(results) / seconds,
+            "not_passed": sum(v != "passed" for v in verdicts) + len(tests) - len(results)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--problems", type=int, default=300, help="generated problems (programs)")
-    ap.add_argument("--tests", type=int, default=1, help="tests run per problem (1..5)")
+    ap.add_argument("--problems", type=int, default=200, help="generated problems (programs)")
+    ap.add_argument("--tests", type=int, default=5, help="tests run per program (1..5)")
     ap.add_argument("--workers", type=int, default=sandbox.default_workers(),
-                    help="parallel sandboxes (default: CPU count)")
+                    help="sandboxes at a time (default: CPU count)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="also print the numbers as one JSON line")
     args = ap.parse_args(argv)
@@ -59,22 +78,22 @@ def main(argv=None) -> int:
     mode = sandbox.check_available()   # refuses without isolation unless GSPO_UNSAFE_SANDBOX=1
     if not 1 <= args.tests <= 5:
         ap.error("--tests must be in 1..5")
-    jobs, tests = build_jobs(args.problems, args.tests, args.seed)
-    sandbox.run_many(jobs[:4], workers=1)          # warm the probe and the page cache
-    serial = measure(jobs, tests, 1)
-    parallel = measure(jobs, tests, args.workers)
-    ratio = parallel["per_second"] / serial["per_second"]
-    print(f"sandbox throughput: {len(jobs)} test executions of {args.problems} generated problems, "
-          f"isolation={mode}, {os.cpu_count()} CPUs")
-    print(f"{'':10}{'workers':>8}{'seconds':>10}{'exec/s':>10}{'not passed':>12}")
-    for name, m in (("serial", serial), ("parallel", parallel)):
-        print(f"{name:10}{m['workers']:>8}{m['seconds']:>10.2f}{m['per_second']:>10.1f}"
-              f"{m['not_passed']:>12}")
-    print(f"parallel / serial: {ratio:.2f}x")
+    programs = build_programs(args.problems, args.tests, args.seed)
+    per_program(programs[:4], 1)                    # warm the probe and the page cache
+    base = measure("per test", per_test, programs, args.workers)
+    pooled = measure("per program", per_program, programs, args.workers)
+    ratio = pooled["per_second"] / base["per_second"]
+    print(f"sandbox throughput: {base['executions']} test executions of {args.problems} programs "
+          f"({args.tests} tests each), isolation={mode}, {args.workers} workers, "
+          f"{os.cpu_count()} CPUs")
+    print(f"{'sandbox':14}{'seconds':>10}{'exec/s':>10}{'not passed':>12}")
+    for m in (base, pooled):
+        print(f"{m['mode']:14}{m['seconds']:>10.2f}{m['per_second']:>10.1f}{m['not_passed']:>12}")
+    print(f"per program / per test: {ratio:.2f}x")
     if args.json:
-        print(json.dumps({"isolation": mode, "serial": serial, "parallel": parallel,
+        print(json.dumps({"isolation": mode, "per_test": base, "per_program": pooled,
                           "ratio": ratio}))
-    return 0 if serial["not_passed"] == parallel["not_passed"] == 0 else 1
+    return 0 if base["not_passed"] == pooled["not_passed"] == 0 else 1
 
 
 if __name__ == "__main__":

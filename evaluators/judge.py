@@ -1,5 +1,6 @@
 """The code judge shared by the code benchmarks (LiveCodeBench- and CodeForces-style): extract the
-program from a completion, run it on each test in evaluators.sandbox, and give each test a verdict.
+program from a completion, run it on all its tests in one sandbox (evaluators.batch: a fresh
+forked child per test, see there), and give each test a verdict.
 
 Code extraction (`extract_code`): the content of the last ```-fenced block (a language tag on the
 opening line is dropped); when the last fence is opened and never closed (generation stopped),
@@ -45,7 +46,7 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from evaluators import sandbox
+from evaluators import batch, sandbox
 from gspo.io import DataError
 
 VERDICTS = ("passed", "wrong answer", "time limit", "runtime error", "compile error",
@@ -303,26 +304,25 @@ def run_tests(code: str, tests: Sequence[dict], *, compare: Compare, func_name: 
     `compare` when given): {passed, verdicts, n_tests, n_passed}."""
     sandbox.check_available(unsafe)
     n = len(tests)
-
-    def one(test, job):
-        result = sandbox.run_many([job], workers=1, unsafe=unsafe)[0]
-        return judge(test, result, compare, checker=checker, unsafe=unsafe)
-
     if syntax_ok(header + code) is False:
         verdicts = ["compile error"] * n
     else:
         jobs = [make_job(code, t, func_name=func_name, header=header, timeout_s=timeout_s,
                          memory_mb=memory_mb) for t in tests]
         if stop_at_first_failure or workers <= 1 or n <= 1:
-            verdicts = []
-            for t, job in zip(tests, jobs):
-                if stop_at_first_failure and verdicts and verdicts[-1] != "passed":
-                    verdicts.append("skipped")
-                    continue
-                verdicts.append(one(t, job))
-        else:
+            results = batch.run_program(jobs, stop_on_failure=stop_at_first_failure,
+                                        unsafe=unsafe)
+        else:   # the program's tests split over `workers` sandboxes of its own
             with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, n)) as pool:
-                verdicts = list(pool.map(one, tests, jobs))
+                parts = pool.map(lambda r: batch.run_program([jobs[i] for i in r], unsafe=unsafe),
+                                 batch.workers_split(n, workers))
+                results = [res for part in parts for res in part]
+        verdicts = []
+        for t, r in zip(tests, results):
+            if stop_at_first_failure and verdicts and verdicts[-1] != "passed":
+                break
+            verdicts.append(judge(t, r, compare, checker=checker, unsafe=unsafe))
+        verdicts += ["skipped"] * (n - len(verdicts))
     n_passed = sum(v == "passed" for v in verdicts)
     return {"passed": n > 0 and n_passed == n, "verdicts": verdicts, "n_tests": n,
             "n_passed": n_passed}

@@ -5,6 +5,7 @@ no zombie, nothing carrying the test's marker in its command line) and that file
 sandbox are intact.
 """
 
+import concurrent.futures
 import os
 import pathlib
 import shutil
@@ -15,7 +16,7 @@ import uuid
 
 import pytest
 
-from evaluators import sandbox
+from evaluators import batch, sandbox
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
@@ -82,6 +83,18 @@ def nothing_left_behind(marker):
     assert not tagged, f"processes carrying the test marker survived: {tagged}"
 
 
+def _run_in_program_sandbox(code, stdin="", **kw):
+    """One job through evaluators.batch: the program sandbox's runner forks it as a child."""
+    return batch.run_program([dict(code=code, stdin=stdin, **kw)])[0]
+
+
+@pytest.fixture(params=["own sandbox", "program sandbox"])
+def run(request):
+    """Each behaviour and hostile program below runs both ways: as a sandbox of its own
+    (sandbox.run) and as a test forked by the runner of a program's sandbox (batch)."""
+    return sandbox.run if request.param == "own sandbox" else _run_in_program_sandbox
+
+
 @pytest.fixture
 def canary():
     """A world-writable file outside the sandbox's /tmp: only the read-only mount protects it."""
@@ -98,32 +111,32 @@ def canary():
 # Ordinary behaviour
 
 @needs_bwrap
-def test_a_well_behaved_program_reads_stdin_and_its_output_is_captured():
-    r = sandbox.run("n=int(input())\nprint(n*3+1)", "5\n", **LIMITS)
+def test_a_well_behaved_program_reads_stdin_and_its_output_is_captured(run):
+    r = run("n=int(input())\nprint(n*3+1)", "5\n", **LIMITS)
     assert (r.status, r.stdout, r.returncode, r.isolated) == ("ok", "16\n", 0, True)
 
 
 @needs_bwrap
-def test_a_nonzero_exit_or_exception_is_a_runtime_error():
-    r = sandbox.run("import sys\nsys.exit(3)", **LIMITS)
+def test_a_nonzero_exit_or_exception_is_a_runtime_error(run):
+    r = run("import sys\nsys.exit(3)", **LIMITS)
     assert (r.status, r.returncode) == ("runtime_error", 3)
-    r = sandbox.run("raise ValueError('boom')", **LIMITS)
+    r = run("raise ValueError('boom')", **LIMITS)
     assert r.status == "runtime_error" and "ValueError: boom" in r.stderr
 
 
 @needs_bwrap
-def test_a_signal_death_is_reported_with_the_signal_number():
-    r = sandbox.run("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", **LIMITS)
+def test_a_signal_death_is_reported_with_the_signal_number(run):
+    r = run("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", **LIMITS)
     assert r.status == "runtime_error" and r.returncode == -11
 
 
 @needs_bwrap
-def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_directory(monkeypatch):
+def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_directory(monkeypatch, run):
     monkeypatch.setenv("GSPO_TEST_SECRET", "s3cret")
     code = ("import os, json\nprint(json.dumps([os.getcwd(), sorted(os.listdir('.')), dict(os.environ)]))\n"
             "open('left_over.txt', 'w').write('x')\n")
-    first = sandbox.run(code, **LIMITS)
-    second = sandbox.run(code, **LIMITS)
+    first = run(code, **LIMITS)
+    second = run(code, **LIMITS)
     import json
 
     cwd, files, env = json.loads(first.stdout)
@@ -134,8 +147,8 @@ def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_dire
 
 
 @needs_bwrap
-def test_the_program_runs_without_capabilities_and_not_as_root():
-    r = sandbox.run("import os\nprint(os.getuid())\n"
+def test_the_program_runs_without_capabilities_and_not_as_root(run):
+    r = run("import os\nprint(os.getuid())\n"
                     "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].strip())",
                     **LIMITS)
     uid, capeff = r.stdout.splitlines()
@@ -145,37 +158,37 @@ def test_the_program_runs_without_capabilities_and_not_as_root():
 
 
 @needs_bwrap
-def test_the_program_has_its_own_pid_namespace_and_cannot_see_the_harness():
-    r = sandbox.run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+def test_the_program_has_its_own_pid_namespace_and_cannot_see_the_harness(run):
+    r = run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
                     f"print(os.path.exists('/proc/{os.getpid()}/cmdline'))", **LIMITS)
     pids, harness_visible = r.stdout.splitlines()
     assert max(eval(pids)) < 10 and harness_visible == "False"
 
 
 @needs_bwrap
-def test_the_harness_working_directory_is_hidden_from_the_program():
+def test_the_harness_working_directory_is_hidden_from_the_program(run):
     # Hidden means empty, or absent where the harness runs under /tmp (the sandbox's /tmp is
     # its own private one).
     code = (f"import os\ntry:\n    print(os.listdir({os.getcwd()!r}))\n"
             "except FileNotFoundError:\n    print('absent')\n")
-    r = sandbox.run(code, **LIMITS)
+    r = run(code, **LIMITS)
     assert r.stdout.strip() in ("[]", "absent")
 
 
 @needs_bwrap
-def test_the_network_is_unreachable():
+def test_the_network_is_unreachable(run):
     code = ("import socket\nfor host in ['1.1.1.1', '8.8.8.8']:\n"
             "    s = socket.socket(); s.settimeout(1)\n"
             "    try:\n        s.connect((host, 53)); print('connected')\n"
             "    except OSError as e:\n        print('refused', e.errno)\n"
             "print(sorted(n for _, n in socket.if_nameindex()))\n")
-    r = sandbox.run(code, **LIMITS)
+    r = run(code, **LIMITS)
     assert "connected" not in r.stdout and r.stdout.count("refused") == 2
     assert r.stdout.strip().splitlines()[-1] == "['lo']"
 
 
 @needs_bwrap
-def test_files_outside_the_sandbox_cannot_be_modified_or_deleted(canary):
+def test_files_outside_the_sandbox_cannot_be_modified_or_deleted(canary, run):
     code = f"""
 import os, shutil
 p = {str(canary)!r}
@@ -188,22 +201,22 @@ for attempt in (lambda: open(p, 'w').write('pwned'), lambda: os.remove(p),
     except OSError as e:
         print('failed', e.errno)
 """
-    r = sandbox.run(code, **LIMITS)
+    r = run(code, **LIMITS)
     assert "succeeded" not in r.stdout and r.stdout.count("failed") == 7
     assert canary.read_text() == "intact\n" and stat.S_IMODE(canary.stat().st_mode) == 0o666
     assert not os.path.exists("/etc/gspo-pwned") and os.path.exists(sandbox.__file__)
 
 
 @needs_bwrap
-def test_extra_files_and_arguments_reach_the_program():
-    r = sandbox.run("import sys\nprint(open('data/x.txt').read(), sys.argv[1:])",
+def test_extra_files_and_arguments_reach_the_program(run):
+    r = run("import sys\nprint(open('data/x.txt').read(), sys.argv[1:])",
                     files={"data/x.txt": "hello"}, args=["a", "b"], **LIMITS)
     assert r.stdout == "hello ['a', 'b']\n"
 
 
 @needs_bwrap
-def test_the_side_channel_returns_what_the_program_wrote_and_stdout_stays_separate():
-    r = sandbox.run("import os\nprint('on stdout')\nos.write(int(os.environ['GSPO_CHANNEL_FD']), b'value')",
+def test_the_side_channel_returns_what_the_program_wrote_and_stdout_stays_separate(run):
+    r = run("import os\nprint('on stdout')\nos.write(int(os.environ['GSPO_CHANNEL_FD']), b'value')",
                     channel=True, **LIMITS)
     assert (r.stdout, r.channel) == ("on stdout\n", b"value")
 
@@ -221,26 +234,26 @@ def test_bad_arguments_are_refused_before_anything_runs():
 # Hostile programs
 
 @needs_bwrap
-def test_an_infinite_loop_is_stopped_at_the_time_limit(marker):
+def test_an_infinite_loop_is_stopped_at_the_time_limit(marker, run):
     t0 = time.monotonic()
-    r = sandbox.run("while True:\n    pass", timeout_s=1.0, memory_mb=256, args=[marker])
+    r = run("while True:\n    pass", timeout_s=1.0, memory_mb=256, args=[marker])
     assert r.status == "timeout" and r.returncode is None
     assert time.monotonic() - t0 < 3.0
 
 
 @needs_bwrap
-def test_a_sleeping_program_is_stopped_by_the_wall_clock_limit(marker):
+def test_a_sleeping_program_is_stopped_by_the_wall_clock_limit(marker, run):
     t0 = time.monotonic()
-    r = sandbox.run("import time\ntime.sleep(120)", timeout_s=0.8, memory_mb=256, args=[marker])
+    r = run("import time\ntime.sleep(120)", timeout_s=0.8, memory_mb=256, args=[marker])
     assert r.status == "timeout" and 0.7 < time.monotonic() - t0 < 3.0
 
 
 @needs_bwrap
-def test_the_cpu_time_limit_stops_a_program_even_with_a_generous_wall_clock(marker):
+def test_the_cpu_time_limit_stops_a_program_even_with_a_generous_wall_clock(marker, run):
     # Busy threads burn CPU time faster than wall time; RLIMIT_CPU (1 s) fires first.
     code = ("import threading\ndef spin():\n    while True: pass\n"
             "for _ in range(3): threading.Thread(target=spin, daemon=True).start()\nspin()\n")
-    r = sandbox.run(code, timeout_s=1.0, memory_mb=256, args=[marker])
+    r = run(code, timeout_s=1.0, memory_mb=256, args=[marker])
     assert r.status == "timeout"
 
 
@@ -249,24 +262,24 @@ def test_the_cpu_time_limit_stops_a_program_even_with_a_generous_wall_clock(mark
     "x = bytearray(8 * 1024 ** 3)",
     "xs = []\nwhile True:\n    xs.append(' ' * 10 ** 6)",
 ], ids=["one-huge-allocation", "growing-list"])
-def test_a_memory_bomb_is_reported_as_a_memory_verdict(code, marker):
-    r = sandbox.run(code, timeout_s=5.0, memory_mb=128, args=[marker])
+def test_a_memory_bomb_is_reported_as_a_memory_verdict(code, marker, run):
+    r = run(code, timeout_s=5.0, memory_mb=128, args=[marker])
     assert r.status == "memory", (r.status, r.stderr[-300:])
 
 
 @needs_bwrap
-def test_a_fork_bomb_is_contained_and_leaves_no_process_behind(marker):
+def test_a_fork_bomb_is_contained_and_leaves_no_process_behind(marker, run):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     t0 = time.monotonic()
-    r = sandbox.run(code, timeout_s=1.0, memory_mb=256, args=[marker])
+    r = run(code, timeout_s=1.0, memory_mb=256, args=[marker])
     assert r.status in ("timeout", "runtime_error")
     assert time.monotonic() - t0 < 4.0
-    after = sandbox.run("print('still fine')", **LIMITS)
+    after = run("print('still fine')", **LIMITS)
     assert after.stdout == "still fine\n"
 
 
 @needs_bwrap
-def test_the_process_limit_caps_how_many_processes_a_program_can_start(marker):
+def test_the_process_limit_caps_how_many_processes_a_program_can_start(marker, run):
     code = """
 import os, time
 started = 0
@@ -281,16 +294,16 @@ for _ in range(60):
     started += 1
 print(started)
 """
-    r = sandbox.run(code, timeout_s=3.0, memory_mb=256, max_procs=12, args=[marker])
+    r = run(code, timeout_s=3.0, memory_mb=256, max_procs=12, args=[marker])
     assert r.status == "ok" and 0 < int(r.stdout) < 12
 
 
 @needs_bwrap
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
-def test_an_output_flood_is_cut_at_the_output_cap(stream, marker):
+def test_an_output_flood_is_cut_at_the_output_cap(stream, marker, run):
     code = f"import sys\nwhile True:\n    sys.{stream}.write('x' * 4096)\n"
     t0 = time.monotonic()
-    r = sandbox.run(code, timeout_s=10.0, memory_mb=256, max_output=1 << 20,
+    r = run(code, timeout_s=10.0, memory_mb=256, max_output=1 << 20,
                     max_stderr=1 << 16, args=[marker])
     assert r.status == "output_limit"
     assert len(getattr(r, stream)) == (1 << 20 if stream == "stdout" else 1 << 16)
@@ -298,7 +311,7 @@ def test_an_output_flood_is_cut_at_the_output_cap(stream, marker):
 
 
 @needs_bwrap
-def test_a_background_child_holding_the_pipes_does_not_hang_the_harness(marker):
+def test_a_background_child_holding_the_pipes_does_not_hang_the_harness(marker, run):
     code = f"""
 import subprocess, sys
 subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}],
@@ -306,13 +319,13 @@ subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {marker!r
 print('parent done')
 """
     t0 = time.monotonic()
-    r = sandbox.run(code, timeout_s=10.0, memory_mb=256, args=[marker])
+    r = run(code, timeout_s=10.0, memory_mb=256, args=[marker])
     assert (r.status, r.stdout) == ("ok", "parent done\n")
     assert time.monotonic() - t0 < 3.0, "the harness waited for a descendant holding the pipes"
 
 
 @needs_bwrap
-def test_a_double_forked_daemon_is_killed_with_the_sandbox(marker):
+def test_a_double_forked_daemon_is_killed_with_the_sandbox(marker, run):
     code = f"""
 import os, sys, time
 if os.fork() == 0:
@@ -322,12 +335,12 @@ if os.fork() == 0:
     os._exit(0)
 time.sleep(60)
 """
-    r = sandbox.run(code, timeout_s=1.0, memory_mb=256, args=[marker])
+    r = run(code, timeout_s=1.0, memory_mb=256, args=[marker])
     assert r.status == "timeout"
 
 
 @needs_bwrap
-def test_killing_everything_it_can_see_does_not_harm_the_harness(marker):
+def test_killing_everything_it_can_see_does_not_harm_the_harness(marker, run):
     code = f"""
 import os, signal
 for target in (lambda: os.kill(-1, signal.SIGKILL), lambda: os.kill(1, signal.SIGKILL),
@@ -338,9 +351,9 @@ for target in (lambda: os.kill(-1, signal.SIGKILL), lambda: os.kill(1, signal.SI
         pass
 print('survived')
 """
-    r = sandbox.run(code, **LIMITS, args=[marker])
+    r = run(code, **LIMITS, args=[marker])
     assert r.status in ("ok", "runtime_error")
-    assert sandbox.run("print(2)", **LIMITS).stdout == "2\n"
+    assert run("print(2)", **LIMITS).stdout == "2\n"
 
 
 @needs_bwrap
@@ -406,3 +419,170 @@ def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_reques
     r = sandbox.run(code, timeout_s=0.8, memory_mb=256, args=[marker])
     assert r.status == "timeout"
     assert lcb.score(rec, rec["solution"])["passed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# One sandbox per program (evaluators.batch): nothing a program leaves behind reaches another,
+# after it or beside it, and nothing a test leaves behind reaches the program's next test.
+
+# Solves "print the square of n" and caches every answer everywhere it can: files in /tmp and
+# /dev/shm, the environment, a daemon serving the cache on an abstract unix socket and on a
+# loopback TCP port, a SysV shared-memory segment.
+CACHING = r"""
+import ctypes, os, socket, sys, time
+n = int(input())
+answer = str(n * n)
+for d in ("/tmp", "/dev/shm"):
+    with open(f"{d}/cache-{n}", "w") as f:
+        f.write(answer)
+os.environ["GSPO_CACHE"] = answer
+os.putenv("GSPO_CACHE", answer)
+libc = ctypes.CDLL(None, use_errno=True)
+shm = libc.shmget(0x6a5b0, 4096, 0o1666)       # IPC_CREAT | 0666
+if shm >= 0:
+    libc.shmat.restype = ctypes.c_void_p
+    ctypes.memmove(libc.shmat(shm, None, 0), answer.encode() + b"\0", len(answer) + 1)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        servers = []
+        for family, address in ((socket.AF_UNIX, "\0gspo-cache"), (socket.AF_INET, ("127.0.0.1", 47613))):
+            try:
+                s = socket.socket(family, socket.SOCK_STREAM)
+                s.bind(address)
+                s.listen()
+                servers.append(s)
+            except OSError:
+                pass
+        deadline = time.time() + 30
+        while servers and time.time() < deadline:
+            for s in servers:
+                s.settimeout(0.05)
+                try:
+                    c, _ = s.accept()
+                    c.sendall(answer.encode())
+                    c.close()
+                except OSError:
+                    pass
+        os._exit(0)
+    os._exit(0)
+print(answer)
+"""
+
+# Answers only from a cache: it passes only if some earlier program's leftovers reach it.
+READER = r"""
+import ctypes, os, socket, sys, time
+n = int(input())
+found = []
+deadline = time.time() + float(sys.argv[1])
+while not found and time.time() < deadline:
+    for d in ("/tmp", "/dev/shm"):
+        try:
+            found.append(open(f"{d}/cache-{n}").read())
+        except OSError:
+            pass
+    if os.environ.get("GSPO_CACHE"):
+        found.append(os.environ["GSPO_CACHE"])
+    for family, address in ((socket.AF_UNIX, "\0gspo-cache"), (socket.AF_INET, ("127.0.0.1", 47613))):
+        try:
+            s = socket.create_connection(address, 0.1) if family == socket.AF_INET else socket.socket(family)
+            if family == socket.AF_UNIX:
+                s.connect(address)
+            found.append(s.recv(64).decode())
+        except OSError:
+            pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm = libc.shmget(0x6a5b0, 4096, 0o666)
+    if shm >= 0:
+        libc.shmat.restype = ctypes.c_void_p
+        found.append(ctypes.string_at(libc.shmat(shm, None, 0)).decode())
+    time.sleep(0.05)
+print(found[0] if found else "nothing")
+"""
+
+
+def _square_tests(ns):
+    return [{"input": f"{n}\n", "output": f"{n * n}\n", "testtype": "stdin"} for n in ns]
+
+
+@needs_bwrap
+def test_a_program_cannot_read_what_an_earlier_program_cached(marker):
+    from evaluators import judge
+    from evaluators import livecodebench as lcb
+
+    tests = _square_tests([3, 7, 12])
+    kw = dict(compare=lcb.outputs_match, timeout_s=3.0, memory_mb=256)
+    assert judge.run_tests(CACHING, tests, **kw)["passed"], "the caching program must itself pass"
+    reader = READER.replace("sys.argv[1]", "0.3")
+    got = judge.run_tests(reader, tests, **kw)
+    assert got["verdicts"] == ["wrong answer"] * 3, got
+    # Control: the reader does pass when the cache is reachable, inside one program's test.
+    both = CACHING.replace("print(answer)", "") + reader.replace("n = int(input())", "")
+    assert judge.run_tests(both, tests, **kw)["passed"]
+
+
+@needs_bwrap
+def test_a_program_cannot_read_what_a_program_running_beside_it_caches(marker):
+    from evaluators import judge
+    from evaluators import livecodebench as lcb
+
+    tests = _square_tests([5])
+    kw = dict(compare=lcb.outputs_match, timeout_s=4.0, memory_mb=256)
+    reader = READER.replace("sys.argv[1]", "2.0")     # keeps looking while the cacher runs
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got_reader = pool.submit(judge.run_tests, reader, tests, **kw)
+        time.sleep(0.2)
+        got_cacher = pool.submit(judge.run_tests, CACHING, tests, **kw)
+        assert got_cacher.result()["passed"]
+        assert got_reader.result()["verdicts"] == ["wrong answer"]
+
+
+@needs_bwrap
+def test_each_test_of_a_program_starts_from_a_fresh_sandbox_state(marker):
+    code = ("import os, sys\nseen = sorted(os.listdir('/tmp')) + sorted(os.listdir('/dev/shm'))\n"
+            "left = os.environ.get('LEFT')\n"
+            "open('/tmp/mine', 'w').write('x'); open('/dev/shm/mine', 'w').write('x')\n"
+            "os.environ['LEFT'] = '1'\n"
+            "if os.fork() == 0:\n    os.setsid()\n    import time; time.sleep(30)\n"
+            "print(seen, left)\n")
+    results = batch.run_program([dict(code=code, args=[marker], **LIMITS)] * 3)
+    assert [r.stdout for r in results] == ["['main.py'] None\n"] * 3
+    others = ("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() "
+              "and int(p) != os.getpid()))")
+    # Only bwrap's init (1) and the runner (2) are left when the next test starts.
+    assert batch.run_program([dict(code=code, args=[marker], **LIMITS),
+                              dict(code=others, **LIMITS)])[1].stdout == "[1, 2]\n"
+
+
+@needs_bwrap
+def test_a_program_cannot_forge_the_runner_s_result_frames(marker):
+    # It tries every descriptor of the runner through /proc (the runner is non-dumpable, so
+    # /proc/<runner>/fd is closed to it), then hangs: it must end as a time limit.
+    code = ("import json, os, time\nparent = os.getppid()\nopened = []\n"
+            "for n in range(64):\n    try:\n"
+            "        fd = os.open(f'/proc/{parent}/fd/{n}', os.O_WRONLY)\n"
+            "        os.write(fd, json.dumps({'rc': 0, 'killed': None, 'wall': 0.0, 'n': [3, 0]})"
+            ".encode() + b'\\n' + b'49\\n')\n        opened.append(n)\n    except OSError:\n        pass\n"
+            "print(opened, flush=True)\ntime.sleep(60)\n")
+    jobs = [dict(code=code, args=[marker], timeout_s=1.0, memory_mb=256),
+            dict(code="print(int(input()) ** 2)", stdin="7\n", **LIMITS)]
+    hung, fine = batch.run_program(jobs)
+    assert (hung.status, hung.stdout) == ("timeout", "[]\n")
+    assert (fine.status, fine.stdout) == ("ok", "49\n")
+
+
+@needs_bwrap
+def test_a_program_that_stops_its_runner_loses_only_its_own_tests(marker):
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint(1)\n"
+    jobs = [dict(code=code, args=[marker], timeout_s=0.5, memory_mb=256)] * 2
+    assert [r.status for r in batch.run_program(jobs)] == ["timeout", "timeout"]
+    assert batch.run_program([dict(code="print(2)", **LIMITS)])[0].stdout == "2\n"
+
+
+@needs_bwrap
+def test_stop_on_failure_runs_no_test_after_a_failing_run():
+    jobs = [dict(code="import sys\nn = int(input())\nsys.exit(n)", stdin=f"{n}\n", **LIMITS)
+            for n in (0, 0, 3, 0)]
+    assert [r.status for r in batch.run_program(jobs, stop_on_failure=True)] == \
+        ["ok", "ok", "runtime_error"]
+    assert len(batch.run_program(jobs)) == 4

@@ -1,0 +1,325 @@
+"""Run one program on all its tests in one sandbox: one bwrap start and one interpreter start per
+program, a fresh forked child per test.
+
+Starting a sandbox and a Python interpreter costs ~20 ms on an idle core, far more than a test of
+a short program; a forked child of a warm interpreter costs ~1 ms. `run_program` starts one
+evaluators.sandbox run per program whose main script is RUNNER. RUNNER takes the results channel,
+makes itself non-dumpable (so no child can open /proc/<runner>/fd/* or its memory and forge a
+result) and checks that it is PID 2 of its own PID namespace (bwrap's init is PID 1); then, for
+each test:
+
+* it kills every other process in the sandbox (`kill(-1, SIGKILL)`: all but init and itself),
+  empties /tmp and /dev/shm and writes the test's files (main.py and the rest) afresh, so each
+  test starts from the state a fresh sandbox would give it;
+* it forks a child that takes the test's stdin (a memory file), stdout, stderr and, when asked,
+  its own side-channel pipe, closes every other descriptor, sets the test's CPU, address-space
+  and file-size limits, clears its environment to the sandbox's and runs main.py in a fresh
+  `__main__` module, the way `python -I -B /tmp/main.py` would (tracebacks name /tmp/main.py, a
+  SyntaxError prints as it does there, exit status and signal deaths are the program's);
+* it reads the child's streams through the test's caps until EOF, its wall deadline or an
+  overflow, kills whatever is left and sends one frame (a JSON header line, then stdout, stderr
+  and channel bytes) to the harness over a channel no child holds.
+
+Isolation between programs is exactly evaluators.sandbox's: each program has its own bwrap
+sandbox (namespaces, tmpfs, limits), and nothing it leaves behind survives it. Between the tests
+of one program it is nearly as strong: files, processes and the environment are reset; what
+could remain (SysV IPC objects, an abstract socket's name while nothing holds it is gone) is the
+same program's and carries no expected output, which never enters the sandbox. A program that
+stops or kills RUNNER loses its own remaining tests ("time limit" / "runtime error"), nobody
+else's.
+
+Without bwrap (the unsafe mode) there is no PID namespace to confine `kill(-1)`, so each test
+runs as its own evaluators.sandbox.run, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Sequence
+
+from evaluators import sandbox
+from evaluators.supervise import Result, _classify
+
+_FRAME_SLACK = 512
+_START_SLACK_S = 2.0
+_PER_TEST_SLACK_S = 0.1
+
+RUNNER = r'''
+import json as _json, os as _os, resource as _res, selectors as _sel, signal as _signal, stat as _st
+import sys as _sys, time as _time
+
+import ctypes as _ctypes
+_gspo_prctl = _ctypes.CDLL(None).prctl
+
+def _gspo_kill_others():
+    # All but PID 1 (bwrap's init, which reaps the orphans) and this process.
+    try:
+        _os.kill(-1, _signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+def _gspo_wipe(top):
+    for name in _os.listdir(top):
+        path = top + "/" + name
+        mode = _os.lstat(path).st_mode
+        if _st.S_ISDIR(mode):
+            _os.chmod(path, 0o700)
+            _gspo_wipe(path)
+            _os.rmdir(path)
+        else:
+            _os.unlink(path)
+
+def _gspo_prepare(test):
+    _gspo_kill_others()
+    _os.chmod("/tmp", 0o1777)
+    _gspo_wipe("/tmp")
+    _gspo_wipe("/dev/shm")
+    for name, data in [("main.py", test["code"]), *sorted(test["files"].items())]:
+        path = "/tmp/" + name
+        _os.makedirs(_os.path.dirname(path), exist_ok=True)
+        fd = _os.open(path, _os.O_WRONLY | _os.O_CREAT | _os.O_EXCL | _os.O_NOFOLLOW, 0o644)
+        view = memoryview(data.encode("utf-8", "surrogateescape"))
+        while view:
+            view = view[_os.write(fd, view):]
+        _os.close(fd)
+
+def _gspo_child(test, env, ends):
+    """In the forked child: take the test's descriptors and limits; return the code to run."""
+    stdin_fd, out_w, err_w, chan_w = ends
+    _os.dup2(stdin_fd, 0)
+    _os.dup2(out_w, 1)
+    _os.dup2(err_w, 2)
+    env = dict(env)
+    first_free = 3
+    if chan_w is not None:
+        _os.dup2(chan_w, 3)
+        env["GSPO_CHANNEL_FD"] = "3"
+        first_free = 4
+    _os.closerange(first_free, 1 << 16)
+    cpu = max(1, int(-(-test["timeout_s"] // 1)))
+    _res.setrlimit(_res.RLIMIT_CPU, (cpu, cpu + 1))
+    _res.setrlimit(_res.RLIMIT_AS, (test["memory_mb"] << 20,) * 2)
+    _res.setrlimit(_res.RLIMIT_FSIZE, (test["max_file_mb"] << 20,) * 2)
+    _gspo_prctl(4, 1, 0, 0, 0)     # PR_SET_DUMPABLE: the program's own /proc works as usual
+    _os.environ.clear()
+    _os.environ.update(env)
+    _os.chdir("/tmp")
+    _sys.argv = ["/tmp/main.py", *test["args"]]
+    return test["code"]
+
+def _gspo_watch(pid, test, fds, start):
+    caps = {fds[0]: test["max_output"], fds[1]: test["max_stderr"]}
+    if len(fds) > 2:
+        caps[fds[2]] = test["max_output"]
+    bufs = {fd: bytearray() for fd in fds}
+    sel = _sel.DefaultSelector()
+    for fd in fds:
+        sel.register(fd, _sel.EVENT_READ)
+    killed, status, deadline = None, None, start + test["timeout_s"]
+    while (sel.get_map() or status is None) and killed is None:
+        left = deadline - _time.monotonic()
+        if left <= 0:
+            killed = "timeout"
+            break
+        events = sel.select(min(left, 0.05)) if sel.get_map() else _time.sleep(min(left, 0.002))
+        for key, _ in events or ():
+            chunk = _os.read(key.fd, 1 << 16)
+            if not chunk:
+                sel.unregister(key.fd)
+                continue
+            room = caps[key.fd] - len(bufs[key.fd])
+            bufs[key.fd] += chunk[:max(room, 0)]
+            if len(chunk) > room:
+                killed = "output_limit"
+        if status is None:
+            done, st = _os.waitpid(pid, _os.WNOHANG)
+            if done:
+                status = st
+                _gspo_kill_others()      # its descendants die with it, as with a sandbox's PID 2
+    sel.close()
+    _gspo_kill_others()
+    if status is None:
+        status = _os.waitpid(pid, 0)[1]
+    rc = None if killed else _os.waitstatus_to_exitcode(status)
+    return rc, killed, _time.monotonic() - start, [bytes(bufs[fd]) for fd in fds]
+
+def _gspo_memfd(data):
+    fd = _os.memfd_create("stdin", 0)
+    view = memoryview(data.encode("utf-8", "surrogateescape"))
+    while view:
+        view = view[_os.write(fd, view):]
+    _os.lseek(fd, 0, _os.SEEK_SET)
+    return fd
+
+def _gspo_runner():
+    raw = int(_os.environ.pop("GSPO_CHANNEL_FD"))
+    chan = _os.dup(raw)
+    _os.close(raw)
+    if _gspo_prctl(4, 0, 0, 0, 0) != 0 or _os.getpid() != 2:
+        raise SystemExit("runner: cannot make itself non-dumpable or is not PID 2 of a sandbox")
+    spec = bytearray()
+    while True:
+        chunk = _os.read(0, 1 << 20)
+        if not chunk:
+            break
+        spec += chunk
+    spec = _json.loads(spec)
+    env = dict(_os.environ)
+    for test in spec["tests"]:
+        _gspo_prepare(test)
+        stdin_fd = _gspo_memfd(test["stdin"])
+        pipes = [_os.pipe() for _ in range(3 if test["channel"] else 2)]
+        start = _time.monotonic()
+        pid = _os.fork()
+        if pid == 0:
+            chan_w = pipes[2][1] if test["channel"] else None
+            try:
+                return _gspo_child(test, env, (stdin_fd, pipes[0][1], pipes[1][1], chan_w))
+            except BaseException:
+                _os._exit(125)
+        for r, w in pipes:
+            _os.close(w)
+        _os.close(stdin_fd)
+        rc, killed, wall, outs = _gspo_watch(pid, test, [r for r, _ in pipes], start)
+        for r, _ in pipes:
+            _os.close(r)
+        head = {"rc": rc, "killed": killed, "wall": wall, "n": [len(x) for x in outs]}
+        frame = memoryview(_json.dumps(head).encode() + b"\n" + b"".join(outs))
+        while frame:
+            frame = frame[_os.write(chan, frame):]
+        if spec["stop"] and (killed or rc != 0):
+            break
+    _gspo_kill_others()
+    _os._exit(0)
+
+_gspo_code = _gspo_runner()
+import types as _types
+_gspo_main = _types.ModuleType("__main__")
+_gspo_main.__file__ = "/tmp/main.py"
+_sys.modules["__main__"] = _gspo_main
+def _gspo_hook(t, v, tb, _hook=_sys.__excepthook__):
+    tb = tb and tb.tb_next            # hide this frame: tracebacks start in the program
+    _hook(t, v.with_traceback(tb) if isinstance(v, BaseException) else v, tb)
+_sys.excepthook = _gspo_hook
+
+def _gspo_exit_code(e):
+    if e.code is None or isinstance(e.code, bool):
+        return int(bool(e.code))
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    print(e.code, file=_sys.stderr)
+    return 1
+
+# The interpreter's own exit would tear down every module of this forked copy (~5 ms a test), so
+# do what a program can observe of it and leave: join its threads, run its atexit handlers, drop
+# its globals (closing and flushing the files it left open), flush stdout and stderr.
+try:
+    exec(compile(_gspo_code, "/tmp/main.py", "exec"), _gspo_main.__dict__)
+    _gspo_rc = 0
+except SystemExit as _e:
+    _gspo_rc = _gspo_exit_code(_e)
+except BaseException as _e:
+    _sys.excepthook(type(_e), _e, _e.__traceback__)
+    _gspo_rc = 1
+try:
+    if "threading" in _sys.modules:
+        _sys.modules["threading"]._shutdown()
+    import atexit as _atexit
+    _atexit._run_exitfuncs()
+    _gspo_main.__dict__.clear()
+except SystemExit as _e:
+    _gspo_rc = _gspo_exit_code(_e)
+except BaseException as _e:
+    _sys.excepthook(type(_e), _e, _e.__traceback__)
+for _f in (_sys.stdout, _sys.stderr):
+    try:
+        _f.flush()
+    except BaseException:
+        _gspo_rc = 120
+_os._exit(_gspo_rc)
+'''
+
+
+def _test_spec(job: dict) -> dict:
+    """One job (sandbox.run keywords, as judge.make_job gives them) as RUNNER reads it."""
+    return {"code": job["code"], "stdin": str(job.get("stdin", "")),
+            "files": {k: v if isinstance(v, str) else v.decode("utf-8", "surrogateescape")
+                      for k, v in (job.get("files") or {}).items()},
+            "args": [str(a) for a in job.get("args", ())], "channel": bool(job.get("channel")),
+            "timeout_s": float(job["timeout_s"]), "memory_mb": int(job["memory_mb"]),
+            "max_output": int(job.get("max_output", sandbox.DEFAULT_MAX_OUTPUT)),
+            "max_stderr": int(job.get("max_stderr", sandbox.DEFAULT_MAX_STDERR)),
+            "max_file_mb": int(job.get("max_file_mb", sandbox.DEFAULT_MAX_FILE_MB))}
+
+
+def _parse_frames(data: bytes, n: int) -> list[Result]:
+    out, pos = [], 0
+    while len(out) < n and pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break
+        head = json.loads(data[pos:end])
+        sizes, pos = head["n"], end + 1
+        if pos + sum(sizes) > len(data):
+            break
+        parts = []
+        for size in sizes:
+            parts.append(data[pos:pos + size])
+            pos += size
+        stdout, stderr = (p.decode("utf-8", "replace") for p in parts[:2])
+        chan = parts[2] if len(parts) > 2 else b""
+        if head["killed"]:
+            out.append(Result(head["killed"], stdout, stderr, None, head["wall"], chan, True))
+        else:
+            out.append(Result(_classify(head["rc"], stderr), stdout, stderr, head["rc"],
+                              head["wall"], chan, True))
+    return out
+
+
+def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
+                unsafe: bool | None = None) -> list[Result]:
+    """Run the jobs of ONE program (sandbox.run keywords: code, stdin, timeout_s, memory_mb,
+    files, args, channel, max_output, ...) in one sandbox, in order; a Result per job. With
+    `stop_on_failure`, the jobs after the first one whose run alone fails (non-zero exit, time,
+    memory or output limit) are not run and get no Result."""
+    jobs = list(jobs)
+    if not jobs:
+        return []
+    if sandbox.check_available(unsafe) != "bwrap":
+        results = []
+        for job in jobs:
+            kw = dict(job)
+            results.append(sandbox.run(kw.pop("code"), kw.pop("stdin", ""), unsafe=unsafe, **kw))
+            if stop_on_failure and not results[-1].ok:
+                break
+        return results
+    specs = [_test_spec(j) for j in jobs]
+    largest = max(len(s["code"]) + sum(len(v) for v in s["files"].values()) for s in specs)
+    cap = sum(2 * s["max_output"] + s["max_stderr"] + _FRAME_SLACK for s in specs)
+    outer = sandbox.run(
+        RUNNER, json.dumps({"tests": specs, "stop": stop_on_failure}),
+        timeout_s=sum(s["timeout_s"] for s in specs) + _START_SLACK_S + _PER_TEST_SLACK_S * len(specs),
+        memory_mb=max(s["memory_mb"] for s in specs), channel=True, max_output=cap,
+        max_procs=max(int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) for j in jobs) + 1,
+        max_file_mb=max(max(s["max_file_mb"] for s in specs), (largest >> 20) + 1),
+        tmp_mb=max(int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) for j in jobs) + (largest >> 20),
+        unsafe=unsafe)
+    results = _parse_frames(outer.channel, len(jobs))
+    if len(results) == len(jobs) or (stop_on_failure and outer.ok and results
+                                     and not results[-1].ok):
+        return results
+    # The runner did not finish: the program stopped or killed it (its own loss), or it ran
+    # past the program's total time. The test it was on, and every later one, fail.
+    status = "timeout" if outer.status == "timeout" else "runtime_error"
+    why = outer.stderr or f"sandbox runner ended early ({outer.status}, rc={outer.returncode})"
+    missing = len(jobs) - len(results)
+    results += [Result(status, "", why, None, outer.wall_s, b"", True)] * missing
+    return results if not stop_on_failure else results[:len(results) - missing + 1]
+
+
+def workers_split(n: int, workers: int) -> list[range]:
+    """Contiguous ranges of [0, n) for at most `workers` sandboxes of one program."""
+    k = max(1, min(workers, n))
+    size = math.ceil(n / k)
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
