@@ -52,12 +52,19 @@ import sys as _sys, time as _time
 import ctypes as _ctypes
 _gspo_prctl = _ctypes.CDLL(None).prctl
 
-def _gspo_kill_others():
-    # All but PID 1 (bwrap's init, which reaps the orphans) and this process.
-    try:
-        _os.kill(-1, _signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _gspo_kill_others(wait=True):
+    # All but PID 1 (bwrap's init, which reaps the orphans) and this process; with `wait`, until
+    # /proc lists no other (a killed process stays listed until init has reaped it).
+    me = str(_os.getpid())
+    for _ in range(2000):
+        try:
+            _os.kill(-1, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if not wait or not [p for p in _os.listdir("/proc") if p.isdigit() and p not in ("1", me)]:
+            return
+        _time.sleep(0.0005)
+    raise SystemExit("runner: processes survive SIGKILL")
 
 def _gspo_wipe(top):
     for name in _os.listdir(top):
@@ -97,7 +104,9 @@ def _gspo_child(test, env, ends):
         env["GSPO_CHANNEL_FD"] = "3"
         first_free = 4
     _os.closerange(first_free, 1 << 16)
-    cpu = max(1, int(-(-test["timeout_s"] // 1)))
+    # One second above the wall limit's: a fresh interpreter spent its start-up inside that
+    # limit, a forked child does not, and the wall clock should fire first as it did there.
+    cpu = max(1, int(-(-test["timeout_s"] // 1))) + 1
     _res.setrlimit(_res.RLIMIT_CPU, (cpu, cpu + 1))
     _res.setrlimit(_res.RLIMIT_AS, (test["memory_mb"] << 20,) * 2)
     _res.setrlimit(_res.RLIMIT_FSIZE, (test["max_file_mb"] << 20,) * 2)
@@ -136,11 +145,12 @@ def _gspo_watch(pid, test, fds, start):
             done, st = _os.waitpid(pid, _os.WNOHANG)
             if done:
                 status = st
-                _gspo_kill_others()      # its descendants die with it, as with a sandbox's PID 2
+                _gspo_kill_others(wait=False)    # its descendants die with it, as with PID 2
     sel.close()
-    _gspo_kill_others()
+    _gspo_kill_others(wait=False)
     if status is None:
         status = _os.waitpid(pid, 0)[1]
+    _gspo_kill_others()
     rc = None if killed else _os.waitstatus_to_exitcode(status)
     return rc, killed, _time.monotonic() - start, [bytes(bufs[fd]) for fd in fds]
 

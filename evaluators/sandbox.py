@@ -285,12 +285,32 @@ def run(code: str, stdin: str = "", *, timeout_s: float, memory_mb: int,
 
 def _run_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
                max_output, max_stderr, max_procs, max_file_mb, tmp_mb) -> Result:
+    proc, start, streams = start_bwrap(backend, code, stdin, timeout_s=timeout_s,
+                                       memory_mb=memory_mb, files=files, args=args,
+                                       channel=channel, max_procs=max_procs,
+                                       max_file_mb=max_file_mb, tmp_mb=tmp_mb)
+    try:
+        return supervise(proc, streams, start, timeout_s=timeout_s, max_output=max_output,
+                         max_stderr=max_stderr, isolated=True, pid1_from_info=True)
+    finally:
+        for fd in streams.values():
+            os.close(fd)
+
+
+def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
+                max_procs, max_file_mb, tmp_mb, ro_dev: bool = False):
+    """Start `code` in a fresh bwrap sandbox: (the bwrap process, its start time, the read ends
+    {"info": bwrap's --info-fd, "channel": GSPO_CHANNEL_FD when `channel`}, which the caller
+    closes). `stdin` is the program's whole input (a memory file), or None for a pipe the caller
+    writes (proc.stdin). `ro_dev` mounts /dev read-only (its /dev/shm stays writable)."""
     fds: list[int] = []
     try:
         cmd = [backend.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
                "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
                "--size", str(max(1, tmp_mb) << 20), "--tmpfs", "/dev/shm"]
+        if ro_dev:
+            cmd += ["--remount-ro", "/dev"]
         for d in _hidden_dirs(backend.python):
             cmd += ["--size", str(1 << 16), "--tmpfs", d, "--remount-ro", d]
         cmd += ["--size", str(max(1, tmp_mb) << 20), "--perms", "1777", "--tmpfs", "/tmp"]
@@ -314,24 +334,26 @@ def _run_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, a
                 "--chdir", "/tmp", "--"]
         cmd += _limits_argv(timeout_s, memory_mb, max_procs, max_file_mb)
         cmd += [backend.python, "-I", "-B", "/tmp/main.py", *args]
-        stdin_fd = _memfd("stdin", _as_bytes(stdin))
-        fds.append(stdin_fd)
+        stdin_fd = _memfd("stdin", _as_bytes(stdin)) if stdin is not None else None
+        if stdin_fd is not None:
+            fds.append(stdin_fd)
         pass_fds = [f for f in fds if f not in (info_r, chan_r, stdin_fd)]
         user_kw = {}
         if _switch_user():
             user_kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_fd is None else stdin_fd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=pass_fds, start_new_session=True, **user_kw)
-        # Close our copies of what the child alone should hold, so EOF means the sandbox is gone.
-        for f in pass_fds + [stdin_fd]:
-            os.close(f)
-            fds.remove(f)
         streams = {"info": info_r}
         if chan_r is not None:
             streams["channel"] = chan_r
-        return supervise(proc, streams, start, timeout_s=timeout_s, max_output=max_output,
-                          max_stderr=max_stderr, isolated=True, pid1_from_info=True)
+        # Close our copies of what the child alone should hold, so EOF means the sandbox is gone.
+        for f in fds:
+            if f not in streams.values():
+                os.close(f)
+        fds = []
+        return proc, start, streams
     finally:
         for f in fds:
             try:
