@@ -328,3 +328,91 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
     assert "Scaling-curve fit (ScaleRL)" in page and "elo_percentile" in page
     assert (tmp_path / "score_vs_compute.png").stat().st_size > 0
     assert "asymptote" in (tmp_path / "scaling_fits.csv").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# The claims table
+
+def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0.2,
+                   grpo_clip=0.002, gspo_flops=1.0):
+    """A report of GRPO and GSPO (2 seeds) on n AIME problems: GSPO's per-problem score is
+    GRPO's + gspo_offset + a fixed zero-mean scatter of size `noise`; GRPO's reward falls to
+    `grpo_tail` (from 0.4) in its last half; clip fractions and GSPO's compute as given."""
+    from pipeline.report import model
+
+    base = [0.3 + 0.2 * ((i % 5) - 2) / 2 for i in range(n)]
+    scatter = [noise * (((i * 7) % 11) - 5) / 5 for i in range(n)]
+    evals = []
+    for s in (0, 1):
+        for var, budget, add in (("sft", 0, [0.0] * n), ("grpo", 100, [0.0] * n),
+                                 ("gspo", 100, [gspo_offset + e for e in scatter])):
+            probs = {f"p{i}": base[i] + add[i] for i in range(n)}
+            evals.append({"variant": var, "algorithm": var, "seed": s, "budget": budget,
+                          "step": budget // 5, "benchmark": "aime", "compute_flops": 1e10,
+                          "pass_at_1": sum(probs.values()) / n, "problems": probs})
+    runs = []
+    for s in (0, 1):
+        for var, clip, flops in (("grpo", grpo_clip, 1.0), ("gspo", gspo_clip, gspo_flops)):
+            run = dict(_run(var, var, s, steps=20), tags={})
+            run["train"]["clip_frac_tokens"] = [(st, clip) for st in range(1, 21)]
+            run["train"]["compute_flops"] = [(st, 1e9 * st * flops) for st in range(1, 21)]
+            if var == "grpo":
+                run["train"]["reward_mean"] = [(st, 0.4 if st <= 10 else grpo_tail)
+                                               for st in range(1, 21)]
+            runs.append(run)
+    data = {"experiment": "x", "experiment_id": "1", "tracking_uri": "sqlite:///x.db",
+            "rl": runs, "sft": [], "evals": evals}
+    return model.from_data("x", data, {"bootstrap_iters": 300})
+
+
+def _verdicts(report):
+    return {c["key"]: c["verdict"] for c in report.claims}
+
+
+def test_claims_are_reproduced_only_as_far_as_their_intervals_allow():
+    v = _verdicts(_claims_report(0.0))
+    assert v["clipping"] == "reproduced"                # 100x clipping, no loss beyond 0.03
+    assert v["compute"] == "inconclusive at this sample size"     # interval around 0
+    assert v["stability"] == "inconclusive at this sample size"   # nothing collapsed
+    assert v["moe"] == v["engine"] == "not measured here"
+    better = _verdicts(_claims_report(0.05))
+    assert better["compute"] == "reproduced" and better["clipping"] == "reproduced"
+    worse = _verdicts(_claims_report(-0.1))
+    assert worse["clipping"] == worse["compute"] == "not reproduced"
+
+
+def test_a_small_noisy_sample_is_inconclusive_not_a_verdict_either_way():
+    v = _verdicts(_claims_report(-0.02, n=12, noise=0.5))
+    assert v["clipping"] == v["compute"] == "inconclusive at this sample size"
+
+
+def test_equal_clipping_or_unmatched_compute_cannot_reproduce_the_claims():
+    assert _verdicts(_claims_report(0.0, gspo_clip=0.002))["clipping"] == "not reproduced"
+    assert _verdicts(_claims_report(0.05, gspo_flops=1.5))["compute"] == \
+        "inconclusive at this sample size"
+
+
+def test_the_stability_claim_needs_grpo_to_collapse_where_gspo_does_not():
+    report = _claims_report(0.0, grpo_tail=0.05)
+    row = {c["key"]: c for c in report.claims}["stability"]
+    assert row["verdict"] == "reproduced" and "GRPO collapsed 2/2" in row["measured"]
+
+
+def test_the_claims_come_first_on_the_page_and_in_summary_json_with_links(tmp_path):
+    from pipeline.report import claims, files
+
+    out = tmp_path / "results" / "tiny" / "report"
+    other = tmp_path / "results" / "moe" / "report"
+    other.mkdir(parents=True)
+    (other / "index.html").write_text("<html></html>")
+    out.mkdir(parents=True)
+    report = _claims_report(0.05)
+    claims.link_related(report.claims, out)
+    head = files.write(report, out)
+    assert [c["key"] for c in head["claims"]] == ["clipping", "compute", "stability", "moe",
+                                                  "engine"]
+    rows = {c["key"]: c for c in head["claims"]}
+    assert rows["moe"]["link"] == "../../moe/report/index.html" and "link" not in rows["engine"]
+    page = (out / "index.html").read_text()
+    assert page.index("The paper's claims") < page.index("Score against training compute")
+    assert "../../moe/report/index.html" in page and "config/precision.yaml" in page

@@ -32,6 +32,12 @@ writes DIR (default results/<experiment>/report/):
   score; the paper's comparisons (GRPO with/without replay, GSPO vs GRPO) as paired differences
   and a plain verdict on whether the tiny model reproduces the paper's claim (header only, and no
   figure, for dense experiments);
+- the claims table, first in index.html and in summary.json (`claims`): one row per claim of the
+  paper, (a) clipping vs learning, (b) score at matched compute, (c) stability, (d) MoE without
+  Routing Replay, (e) engine likelihoods, each with the measured number, its interval and a
+  verdict (reproduced / not reproduced / inconclusive at this sample size / not measured here,
+  linking the MoE or precision experiment's report when it exists); pipeline.report.claims
+  gives each rule;
 - index.html: all of the above with the provenance: the command, config, seeds, git commit,
   package versions and data hashes the runs were made with.
 
@@ -68,9 +74,10 @@ def build(experiment: str, out: pathlib.Path, *, uri: str | None = None,
           tags: dict | None = None) -> dict:
     """Build the report of `experiment` into `out`; returns its headline numbers. With
     log_to_mlflow, `out` becomes the artifacts of a fresh run tagged stage=report plus `tags`."""
-    from pipeline.report import figures, files
+    from pipeline.report import claims, figures, files
 
     report = compute(experiment, uri, settings)
+    claims.link_related(report.claims, out)
     out.mkdir(parents=True, exist_ok=True)
     figures.draw(report, out)
     head = files.write(report, out)

@@ -24,12 +24,12 @@ def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
 
 
 def headline(report: Report) -> dict:
-    """summary.json: the final scores, clip fractions and their ratios, collapsed runs,
+    """summary.json: the paper's claims with their verdicts, the final scores, clip fractions and their ratios, collapsed runs,
     variant comparisons, the scaling-curve fits (asymptote, efficiency, c_mid), the MoE ablation
     and the provenance."""
     prov = report.provenance
     return {"experiment": report.experiment, "tracking_uri": report.data["tracking_uri"],
-            "experiment_id": report.data["experiment_id"],
+            "experiment_id": report.data["experiment_id"], "claims": report.claims,
             "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
                              for r in report.table],
             "clip_frac_tokens": report.clips, "clip_frac_tokens_offpolicy": report.clips_off,

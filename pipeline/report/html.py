@@ -15,7 +15,8 @@ STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;pa
          "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
          "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
          ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
-         "padding:.5em 1em}</style></head><body>")
+         "padding:.5em 1em}td.yes{background:#e6f4e6}td.no{background:#fbe6e6}"
+         "td.open{background:#fff6e0}.claims td{text-align:left}</style></head><body>")
 
 
 def _fmt(v, digits=3):
@@ -46,6 +47,7 @@ def _scores(report) -> list[str]:
         f"<code>{esc(data['tracking_uri'])}</code>, experiment id {esc(data['experiment_id'])}."
         " Compute is cumulative RL training FLOPs (generation + old log-prob pass + updates; "
         "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
+        *_claims(report),
         "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
         "<p>pass@1 = mean over samples and problems; curve = mean over seeds, band = lowest to "
         "highest seed. CodeForces Elo: the rating whose expected solves match the problems "
@@ -59,6 +61,26 @@ def _scores(report) -> list[str]:
         "a reference distribution of human ratings (evaluators.codeforces; normal, mean 1400, "
         "sd 350: an approximation, not official data).</p>",
         table(report.table, TABLE_COLS)]
+
+
+def _claims(report) -> list[str]:
+    from pipeline.report.claims import NONINFERIORITY
+
+    rows = []
+    for c in report.claims:
+        link = (f" <a href='{esc(c['link'])}'>the {esc(c['experiment'])} report</a>"
+                if c.get("link") else "")
+        cls = {"reproduced": "yes", "not reproduced": "no"}.get(c["verdict"], "open")
+        rows.append(f"<tr><td>{esc(c['claim'])}</td><td>{esc(c['measured'])}</td>"
+                    f"<td class='{cls}'><b>{esc(c['verdict'])}</b></td>"
+                    f"<td>{esc(c['why'])}{link}</td></tr>")
+    return [
+        "<h2>The paper's claims: what this run found</h2>",
+        f"<p>Intervals are {report.settings['confidence']:.0%} paired bootstrap intervals over "
+        f"problems at the final budget; \"at least as well\" allows a loss of at most "
+        f"{NONINFERIORITY} pass@1. A verdict is never stronger than its interval.</p>",
+        "<div class='wide claims'><table><tr><th>claim</th><th>measured</th><th>verdict</th>"
+        "<th>why</th></tr>" + "".join(rows) + "</table></div>"]
 
 
 def _variants(comps: list[dict]) -> list[str]:

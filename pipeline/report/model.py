@@ -7,7 +7,7 @@ import dataclasses
 import pathlib
 import tempfile
 
-from pipeline.report import scaling, stats
+from pipeline.report import claims, scaling, stats
 
 DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
             "collapse": {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}}
@@ -42,7 +42,8 @@ class Report:
     experiments); `fits` the ScaleRL compute-score fit per variant and benchmark
     (pipeline.report.scaling); `clips`/`clips_off` the mean clipped-token fraction per variant (all and
     off-policy minibatches), `ratios` each variant's against GRPO's; `provenance` what the runs
-    were made with (workflow_config: the master config's text, or None)."""
+    were made with (workflow_config: the master config's text, or None); `claims` one row per
+    claim of the paper with its measured number, interval and verdict (pipeline.report.claims)."""
 
     experiment: str
     data: dict
@@ -58,6 +59,7 @@ class Report:
     clips_off: dict
     ratios: dict
     provenance: dict
+    claims: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def by_variant(self) -> dict[str, list]:
@@ -108,7 +110,7 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
     clips = {a: stats.mean_clip(runs) for a, runs in groups.items()}
     table = stats.final_scores(data, **ci)
     stab = stats.stability(data, rule)
-    return Report(
+    report = Report(
         experiment=experiment, data=data, settings=s, rule=rule,
         benches=[b for b in BENCHMARKS if any(b in r["eval"] for r in data["rl"])],
         table=table, stability=stab,
@@ -120,6 +122,8 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
         ratios={f"{a}/grpo": clips[a] / clips["grpo"] for a in clips
                 if a != "grpo" and clips.get("grpo") and clips[a] is not None},
         provenance=provenance(data, workflow_config))
+    report.claims = claims.claims(report)
+    return report
 
 
 def compute(experiment: str, uri: str | None = None, settings: dict | None = None) -> Report:

@@ -1,0 +1,192 @@
+"""The paper's claims, one row each, with what this experiment measured and a verdict no stronger
+than its interval allows: "reproduced", "not reproduced", "inconclusive at this sample size" or
+"not measured here" (with where it is measured).
+
+The rows compare the variants named `gspo` and `grpo` (the plain algorithms) on the report's
+primary benchmark (AIME-style when evaluated, else the first one) at the final budget, with the
+paired bootstrap interval over problems of pipeline.report.stats.paired_diff:
+
+(a) clipping vs learning: GSPO clips many more tokens (ratio of mean clipped-token fractions,
+    GSPO/GRPO, > 1 in every seed) and learns at least as well: reproduced when the score
+    difference's interval lies above -NONINFERIORITY; not reproduced when GSPO clips no more or
+    the interval lies below 0 (or wholly below the margin); otherwise inconclusive;
+(b) score at matched training compute: both runs take the same steps, so the final budget is
+    matched compute when the FLOPs agree within COMPUTE_TOLERANCE; reproduced when GSPO's
+    interval lies above 0, not reproduced when below 0, else inconclusive;
+(c) stability: collapsed runs (the report's collapse rule) and the drop from the best to the
+    final smoothed reward, per algorithm; reproduced when GRPO collapses in some runs and GSPO in
+    none, not reproduced when GSPO collapses at least as often as GRPO and does so at all,
+    otherwise inconclusive (no run collapsed: nothing to tell apart);
+(d) MoE without Routing Replay, (e) engine likelihoods: from this experiment's MoE ablation or
+    engine-likelihood variants when it has them, else "not measured here", naming the experiment
+    (config/moe.yaml, config/precision.yaml) and linking its report when it has been built.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from pipeline.report import stats
+
+NONINFERIORITY = 0.03       # pass@1: "at least as well" tolerates a loss this small
+COMPUTE_TOLERANCE = 0.10    # relative FLOPs difference still counted as matched compute
+CLAIMS = {
+    "clipping": "(a) GSPO clips far more tokens (~100x) yet learns at least as well as GRPO",
+    "compute": "(b) GSPO scores higher than GRPO at matched training compute",
+    "stability": "(c) GSPO trains stably; GRPO's reward can collapse",
+    "moe": "(d) GSPO needs no Routing Replay on MoE models",
+    "engine": "(e) GSPO tolerates the inference engine's likelihoods in place of recomputed ones",
+}
+RELATED = {"moe": "moe", "engine": "precision"}     # the experiments that measure (d) and (e)
+
+
+def _interval(d: dict) -> str:
+    return f"{d['diff']:+.3f} [{d['diff_ci_low']:+.3f}, {d['diff_ci_high']:+.3f}]"
+
+
+def _row(key: str, measured: str, verdict: str, why: str, **extra) -> dict:
+    return {"claim": CLAIMS[key], "key": key, "measured": measured, "verdict": verdict,
+            "why": why, **extra}
+
+
+def _seed_clip_ratios(runs_a, runs_b) -> list[float]:
+    clip_b = {r["seed"]: stats.mean_clip([r]) for r in runs_b}
+    out = []
+    for r in runs_a:
+        a, b = stats.mean_clip([r]), clip_b.get(r["seed"])
+        if a is not None and b:
+            out.append(a / b)
+    return out
+
+
+def clipping(groups: dict, diff: dict, bench: str, conf: float) -> dict:
+    ratios = _seed_clip_ratios(groups["gspo"], groups["grpo"])
+    if not ratios or not diff:
+        return _row("clipping", "-", "not measured here", "no clip fractions or scores of both")
+    mean_ratio = statistics.mean(ratios)
+    measured = (f"clip ratio GSPO/GRPO {mean_ratio:.1f}x (seeds {min(ratios):.1f}-"
+                f"{max(ratios):.1f}x); {bench} pass@1 GSPO - GRPO {_interval(diff)}")
+    if min(ratios) <= 1 or diff["diff_ci_high"] < 0:
+        verdict = "not reproduced"
+        why = ("GSPO clipped no more tokens than GRPO in some seed" if min(ratios) <= 1 else
+               f"GSPO scored lower (the whole {conf:.0%} interval is below 0)")
+    elif diff["diff_ci_low"] > -NONINFERIORITY:
+        verdict = "reproduced"
+        why = (f"GSPO clipped more in every seed and its interval lies above -{NONINFERIORITY} "
+               "(the non-inferiority margin)")
+    else:
+        verdict = "inconclusive at this sample size"
+        why = f"the interval reaches below -{NONINFERIORITY}: a loss cannot be ruled out"
+    return _row("clipping", measured, verdict, why, clip_ratio=mean_ratio, **diff)
+
+
+def compute(groups: dict, diff: dict, bench: str, conf: float) -> dict:
+    flops = [stats._timing(groups[a])[2] for a in ("gspo", "grpo")]
+    if not diff or not all(flops):
+        return _row("compute", "-", "not measured here", "no final scores or compute of both")
+    ratio = flops[0] / flops[1]
+    measured = (f"{bench} pass@1 GSPO - GRPO at the final budget {_interval(diff)}; "
+                f"training compute GSPO/GRPO {ratio:.2f}")
+    if abs(ratio - 1) > COMPUTE_TOLERANCE:
+        return _row("compute", measured, "inconclusive at this sample size",
+                    f"compute differs by more than {COMPUTE_TOLERANCE:.0%}: not matched",
+                    compute_ratio=ratio, **diff)
+    if diff["diff_ci_low"] > 0:
+        verdict, why = "reproduced", f"the whole {conf:.0%} interval is above 0"
+    elif diff["diff_ci_high"] < 0:
+        verdict, why = "not reproduced", f"the whole {conf:.0%} interval is below 0"
+    else:
+        verdict, why = "inconclusive at this sample size", "the interval contains 0"
+    return _row("compute", measured, verdict, why, compute_ratio=ratio, **diff)
+
+
+def stability(stab: list[dict]) -> dict:
+    per = {}
+    for alg in ("gspo", "grpo"):
+        rows = [r for r in stab if r["variant"] == alg]
+        drops = [r["best_smoothed_reward"] - r["final_smoothed_reward"] for r in rows
+                 if r["best_smoothed_reward"] is not None and r["final_smoothed_reward"] is not None]
+        per[alg] = (sum(bool(r["collapsed"]) for r in rows), len(rows),
+                    statistics.mean(drops) if drops else None)
+    if not per["gspo"][1] or not per["grpo"][1]:
+        return _row("stability", "-", "not measured here", "needs runs of both")
+    measured = "; ".join(f"{a.upper()} collapsed {c}/{n}, reward drop best-final "
+                         + (f"{d:.3f}" if d is not None else "-") for a, (c, n, d) in per.items())
+    (gc, gn, _), (rc, rn, _) = per["gspo"], per["grpo"]
+    if rc > 0 and gc == 0:
+        verdict, why = "reproduced", "GRPO collapsed in some runs, GSPO in none"
+    elif gc > 0 and gc / gn >= rc / rn:
+        verdict, why = "not reproduced", "GSPO collapsed at least as often as GRPO"
+    else:
+        verdict = "inconclusive at this sample size"
+        why = ("no run collapsed, so these runs cannot tell the two apart" if gc == rc == 0 else
+               "both collapsed, GSPO less often: too few runs to tell")
+    return _row("stability", measured, verdict, why)
+
+
+def moe(report) -> dict:
+    if not report.moe:
+        return _row("moe", "-", "not measured here",
+                    "this experiment trains a dense model; config/moe.yaml runs the ablation",
+                    experiment=RELATED["moe"])
+    lines = report.moe.get("verdict_lines") or []
+    last = lines[-1] if lines else ""
+    verdict = ("reproduced" if "consistent with the paper" in last.lower() else
+               "not reproduced" if "not reproduced" in last.lower() else
+               "inconclusive at this sample size")
+    return _row("moe", "; ".join(f"{p['variant']} - {p['against']} {_interval(p)}"
+                                 for p in report.moe.get("pairs") or []) or "-",
+                verdict, last or "see the MoE section")
+
+
+def engine(report) -> dict:
+    rows = [c for c in report.comparisons if c.get("logprob_gap_token") is not None
+            and c.get("baseline_logprob_gap_token") is None and c.get("diff") is not None
+            and c["algorithm"] == "gspo"]
+    if not rows:
+        return _row("engine", "-", "not measured here",
+                    "no GSPO variant here takes the engine's log-probs; config/precision.yaml "
+                    "runs that comparison", experiment=RELATED["engine"])
+    c = rows[0]
+    measured = (f"{c['variant']} - {c['baseline']} ({c['benchmark']} pass@1) {_interval(c)}, "
+                f"log-prob gap per token {c['logprob_gap_token']:.2e}")
+    if c["diff_ci_high"] < 0 and c["diff_ci_low"] < -NONINFERIORITY:
+        verdict, why = "not reproduced", "the engine's likelihoods made GSPO score lower"
+    elif c["diff_ci_low"] > -NONINFERIORITY:
+        verdict, why = "reproduced", f"the interval lies above -{NONINFERIORITY}"
+    else:
+        verdict, why = "inconclusive at this sample size", \
+            f"the interval reaches below -{NONINFERIORITY}"
+    return _row("engine", measured, verdict, why)
+
+
+def claims(report, bench: str | None = None) -> list[dict]:
+    """One row per claim (see the module doc), in the paper's order."""
+    groups = report.by_variant
+    scored = [r["benchmark"] for r in report.table]
+    bench = bench or ("aime" if "aime" in scored else (scored[0] if scored else None))
+    rows_of = {(r["variant"], r["benchmark"]): r for r in report.table}
+    pair = rows_of.get(("gspo", bench)), rows_of.get(("grpo", bench))
+    conf = report.settings["confidence"]
+    diff = stats.paired_diff(*pair, iters=report.settings["bootstrap_iters"],
+                             confidence=conf) if all(pair) else {}
+    both = "gspo" in groups and "grpo" in groups
+    out = []
+    for key in ("clipping", "compute"):
+        if not both:
+            out.append(_row(key, "-", "not measured here", "needs the variants gspo and grpo"))
+        else:
+            out.append((clipping if key == "clipping" else compute)(groups, diff, bench, conf))
+    out += [stability(report.stability), moe(report), engine(report)]
+    return out
+
+
+def link_related(rows: list[dict], out) -> None:
+    """Point each "not measured here" row at its experiment's report beside `out`
+    (results/<experiment>/report/index.html), when that report has been built."""
+    import pathlib
+
+    for row in rows:
+        exp = row.get("experiment")
+        if exp and (pathlib.Path(out).resolve().parent.parent / exp / "report" / "index.html").is_file():
+            row["link"] = f"../../{exp}/report/index.html"
