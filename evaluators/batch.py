@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Sequence
 
 from evaluators import sandbox
@@ -50,7 +51,13 @@ import json as _json, os as _os, resource as _res, selectors as _sel, signal as 
 import sys as _sys, time as _time
 
 import ctypes as _ctypes
-_gspo_prctl = _ctypes.CDLL(None).prctl
+_gspo_libc = _ctypes.CDLL(None, use_errno=True)
+_gspo_libc.syscall.restype = _ctypes.c_long
+_gspo_prctl = _gspo_libc.prctl
+_GSPO_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(_os.uname().machine)
+
+def _gspo_keyctl(*args):
+    return _gspo_libc.syscall(_GSPO_KEYCTL, *args)
 
 def _gspo_kill_others(wait=True):
     # All but PID 1 (bwrap's init, which reaps the orphans) and this process; with `wait`, until
@@ -76,6 +83,31 @@ def _gspo_wipe(top):
             _os.rmdir(path)
         else:
             _os.unlink(path)
+
+def _gspo_reset():
+    """Between programs: no process, file, SysV IPC object or key of the last one remains."""
+    _gspo_kill_others()
+    _os.chmod("/tmp", 0o1777)
+    _gspo_wipe("/tmp")
+    _gspo_wipe("/dev/shm")
+    for kind, rmid in (("shm", lambda i: _gspo_libc.shmctl(i, 0, None)),
+                       ("sem", lambda i: _gspo_libc.semctl(i, 0, 0)),
+                       ("msg", lambda i: _gspo_libc.msgctl(i, 0, None))):
+        path = "/proc/sysvipc/" + kind
+        for line in open(path).read().splitlines()[1:]:
+            rmid(int(line.split()[1]))                      # IPC_RMID
+        if open(path).read().splitlines()[1:]:
+            raise SystemExit("runner: a SysV IPC object survives")
+    # The user, user-session and persistent keyrings outlive processes: empty them (restoring
+    # their permissions first, which a program may have taken away).
+    rings = [-4, -5]
+    persistent = _gspo_keyctl(22, -1, -2)                   # KEYCTL_GET_PERSISTENT
+    if persistent > 0:
+        rings.append(persistent)
+    for ring in rings:
+        _gspo_keyctl(5, ring, 0x3f3f0000)                   # KEYCTL_SETPERM
+        if _gspo_keyctl(7, ring) != 0 or _gspo_keyctl(11, ring, None, 0) != 0:
+            raise SystemExit("runner: a keyring cannot be emptied")   # CLEAR, READ
 
 def _gspo_prepare(test):
     _gspo_kill_others()
@@ -110,6 +142,9 @@ def _gspo_child(test, env, ends):
     _res.setrlimit(_res.RLIMIT_CPU, (cpu, cpu + 1))
     _res.setrlimit(_res.RLIMIT_AS, (test["memory_mb"] << 20,) * 2)
     _res.setrlimit(_res.RLIMIT_FSIZE, (test["max_file_mb"] << 20,) * 2)
+    _res.setrlimit(_res.RLIMIT_NPROC, (test["max_procs"] + 1,) * 2)    # + the runner
+    _res.setrlimit(_res.RLIMIT_MSGQUEUE, (0, 0))   # a POSIX queue would outlive the program
+    _gspo_keyctl(1, None)      # KEYCTL_JOIN_SESSION_KEYRING: a fresh session keyring of its own
     _gspo_prctl(4, 1, 0, 0, 0)     # PR_SET_DUMPABLE: the program's own /proc works as usual
     _os.environ.clear()
     _os.environ.update(env)
@@ -168,14 +203,39 @@ def _gspo_runner():
     _os.close(raw)
     if _gspo_prctl(4, 0, 0, 0, 0) != 0 or _os.getpid() != 2:
         raise SystemExit("runner: cannot make itself non-dumpable or is not PID 2 of a sandbox")
-    spec = bytearray()
-    while True:
-        chunk = _os.read(0, 1 << 20)
-        if not chunk:
-            break
-        spec += chunk
-    spec = _json.loads(spec)
+    if _GSPO_KEYCTL is None:
+        raise SystemExit("runner: unknown machine " + _os.uname().machine)
     env = dict(_os.environ)
+    while True:                    # one request per program: 8-byte length, then JSON
+        spec = _gspo_request()
+        if spec is None:
+            _gspo_kill_others()
+            _os._exit(0)
+        code = _gspo_program(spec, env, chan)
+        if code is not None:
+            return code            # in a forked child: run the test
+        _gspo_reset()
+        _gspo_send(chan, {"done": True, "n": []}, [])
+
+def _gspo_request():
+    def read(n):
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = _os.read(0, n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+    size = read(8)
+    return None if size is None else _json.loads(read(int.from_bytes(size, "big")))
+
+def _gspo_send(chan, head, outs):
+    frame = memoryview(_json.dumps(head).encode() + b"\n" + b"".join(outs))
+    while frame:
+        frame = frame[_os.write(chan, frame):]
+
+def _gspo_program(spec, env, chan):
+    """Run one program's tests, a frame each; returns the code to run in a forked child."""
     for test in spec["tests"]:
         _gspo_prepare(test)
         stdin_fd = _gspo_memfd(test["stdin"])
@@ -185,6 +245,7 @@ def _gspo_runner():
         if pid == 0:
             chan_w = pipes[2][1] if test["channel"] else None
             try:
+                _os.close(chan)
                 return _gspo_child(test, env, (stdin_fd, pipes[0][1], pipes[1][1], chan_w))
             except BaseException:
                 _os._exit(125)
@@ -194,14 +255,11 @@ def _gspo_runner():
         rc, killed, wall, outs = _gspo_watch(pid, test, [r for r, _ in pipes], start)
         for r, _ in pipes:
             _os.close(r)
-        head = {"rc": rc, "killed": killed, "wall": wall, "n": [len(x) for x in outs]}
-        frame = memoryview(_json.dumps(head).encode() + b"\n" + b"".join(outs))
-        while frame:
-            frame = frame[_os.write(chan, frame):]
+        _gspo_send(chan, {"rc": rc, "killed": killed, "wall": wall,
+                          "n": [len(x) for x in outs]}, outs)
         if spec["stop"] and (killed or rc != 0):
             break
-    _gspo_kill_others()
-    _os._exit(0)
+    return None
 
 _gspo_code = _gspo_runner()
 import types as _types
@@ -260,10 +318,27 @@ def _test_spec(job: dict) -> dict:
             "timeout_s": float(job["timeout_s"]), "memory_mb": int(job["memory_mb"]),
             "max_output": int(job.get("max_output", sandbox.DEFAULT_MAX_OUTPUT)),
             "max_stderr": int(job.get("max_stderr", sandbox.DEFAULT_MAX_STDERR)),
-            "max_file_mb": int(job.get("max_file_mb", sandbox.DEFAULT_MAX_FILE_MB))}
+            "max_file_mb": int(job.get("max_file_mb", sandbox.DEFAULT_MAX_FILE_MB)),
+            "max_procs": int(job.get("max_procs", sandbox.DEFAULT_MAX_PROCS))}
 
 
-def _parse_frames(data: bytes, n: int) -> list[Result]:
+def request(specs: list[dict], stop: bool) -> bytes:
+    """One program's request to RUNNER: its length (8 bytes, big-endian), then its JSON."""
+    body = json.dumps({"tests": specs, "stop": stop}).encode()
+    return len(body).to_bytes(8, "big") + body
+
+
+def _result(head: dict, parts: list[bytes]) -> Result:
+    stdout, stderr = (p.decode("utf-8", "replace") for p in parts[:2])
+    chan = parts[2] if len(parts) > 2 else b""
+    if head["killed"]:
+        return Result(head["killed"], stdout, stderr, None, head["wall"], chan, True)
+    return Result(_classify(head["rc"], stderr), stdout, stderr, head["rc"], head["wall"], chan,
+                  True)
+
+
+def _parse_frames(data: bytes, n: int) -> list[tuple[dict, list[bytes]]]:
+    """The complete (header, parts) frames at the start of `data`, up to the "done" one."""
     out, pos = [], 0
     while len(out) < n and pos < len(data):
         end = data.find(b"\n", pos)
@@ -271,28 +346,54 @@ def _parse_frames(data: bytes, n: int) -> list[Result]:
             break
         head = json.loads(data[pos:end])
         sizes, pos = head["n"], end + 1
-        if pos + sum(sizes) > len(data):
+        if head.get("done") or pos + sum(sizes) > len(data):
             break
         parts = []
         for size in sizes:
             parts.append(data[pos:pos + size])
             pos += size
-        stdout, stderr = (p.decode("utf-8", "replace") for p in parts[:2])
-        chan = parts[2] if len(parts) > 2 else b""
-        if head["killed"]:
-            out.append(Result(head["killed"], stdout, stderr, None, head["wall"], chan, True))
-        else:
-            out.append(Result(_classify(head["rc"], stderr), stdout, stderr, head["rc"],
-                              head["wall"], chan, True))
+        out.append((head, parts))
     return out
 
 
+def _one_shot(specs: list[dict], jobs: list[dict], stop: bool, unsafe) -> tuple[list, str, str]:
+    """The program in a sandbox of its own: (frames, how it ended, its runner's stderr)."""
+    largest = max(len(s["code"]) + sum(len(v) for v in s["files"].values()) for s in specs)
+    cap = sum(2 * s["max_output"] + s["max_stderr"] + _FRAME_SLACK for s in specs)
+    outer = sandbox.run(
+        RUNNER, request(specs, stop),
+        timeout_s=sum(s["timeout_s"] for s in specs) + _START_SLACK_S + _PER_TEST_SLACK_S * len(specs),
+        memory_mb=max(s["memory_mb"] for s in specs), channel=True, max_output=cap,
+        max_procs=max(int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) for j in jobs) + 1,
+        max_file_mb=max(max(s["max_file_mb"] for s in specs), (largest >> 20) + 1),
+        tmp_mb=max(int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) for j in jobs) + (largest >> 20),
+        unsafe=unsafe)
+    return _parse_frames(outer.channel, len(specs)), outer.status, outer.stderr
+
+
+def _pooled(specs: list[dict], stop: bool, unsafe) -> tuple[list, str, str]:
+    """The program in a warm worker (evaluators.pool): (frames, how it ended, why)."""
+    from evaluators import pool
+
+    deadline = (time.monotonic() + sum(s["timeout_s"] for s in specs) + _START_SLACK_S
+                + _PER_TEST_SLACK_S * len(specs))
+    frames, complete = pool.run(sandbox.backend(unsafe), request(specs, stop), len(specs),
+                                deadline)
+    if complete:
+        return frames, "ok", ""
+    status = "timeout" if time.monotonic() >= deadline else "runtime_error"
+    return frames, status, "sandbox worker ended early"
+
+
 def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
-                unsafe: bool | None = None) -> list[Result]:
+                unsafe: bool | None = None, pooled: bool = True) -> list[Result]:
     """Run the jobs of ONE program (sandbox.run keywords: code, stdin, timeout_s, memory_mb,
-    files, args, channel, max_output, ...) in one sandbox, in order; a Result per job. With
-    `stop_on_failure`, the jobs after the first one whose run alone fails (non-zero exit, time,
-    memory or output limit) are not run and get no Result."""
+    files, args, channel, max_output, ...) in one sandbox, in order; a Result per job: in a warm
+    worker of evaluators.pool when `pooled` and the jobs fit its limits, else in a sandbox of
+    its own. With `stop_on_failure`, the jobs after the first one whose run alone fails
+    (non-zero exit, time, memory or output limit) are not run and get no Result."""
+    from evaluators import pool
+
     jobs = list(jobs)
     if not jobs:
         return []
@@ -305,26 +406,20 @@ def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
                 break
         return results
     specs = [_test_spec(j) for j in jobs]
-    largest = max(len(s["code"]) + sum(len(v) for v in s["files"].values()) for s in specs)
-    cap = sum(2 * s["max_output"] + s["max_stderr"] + _FRAME_SLACK for s in specs)
-    outer = sandbox.run(
-        RUNNER, json.dumps({"tests": specs, "stop": stop_on_failure}),
-        timeout_s=sum(s["timeout_s"] for s in specs) + _START_SLACK_S + _PER_TEST_SLACK_S * len(specs),
-        memory_mb=max(s["memory_mb"] for s in specs), channel=True, max_output=cap,
-        max_procs=max(int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) for j in jobs) + 1,
-        max_file_mb=max(max(s["max_file_mb"] for s in specs), (largest >> 20) + 1),
-        tmp_mb=max(int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) for j in jobs) + (largest >> 20),
-        unsafe=unsafe)
-    results = _parse_frames(outer.channel, len(jobs))
-    if len(results) == len(jobs) or (stop_on_failure and outer.ok and results
+    if pooled and pool.fits(specs, jobs):
+        frames, status, why = _pooled(specs, stop_on_failure, unsafe)
+    else:
+        frames, status, why = _one_shot(specs, jobs, stop_on_failure, unsafe)
+    results = [_result(h, p) for h, p in frames]
+    if len(results) == len(jobs) or (stop_on_failure and status == "ok" and results
                                      and not results[-1].ok):
         return results
     # The runner did not finish: the program stopped or killed it (its own loss), or it ran
     # past the program's total time. The test it was on, and every later one, fail.
-    status = "timeout" if outer.status == "timeout" else "runtime_error"
-    why = outer.stderr or f"sandbox runner ended early ({outer.status}, rc={outer.returncode})"
+    status = "timeout" if status == "timeout" else "runtime_error"
     missing = len(jobs) - len(results)
-    results += [Result(status, "", why, None, outer.wall_s, b"", True)] * missing
+    results += [Result(status, "", why or f"sandbox runner ended early ({status})", None, 0.0,
+                       b"", True)] * missing
     return results if not stop_on_failure else results[:len(results) - missing + 1]
 
 

@@ -215,6 +215,11 @@ def _backend(unsafe: bool | None) -> _Backend:
     return _Backend("unsafe", python, None, sys.version_info[:2], reason=b)
 
 
+def backend(unsafe: bool | None = None) -> _Backend:
+    """The backend programs run under (raises SandboxUnavailable where they must not run)."""
+    return _backend(unsafe)
+
+
 def check_available(unsafe: bool | None = None) -> str:
     """'bwrap' or 'unsafe'; raises SandboxUnavailable where code benchmarks must refuse to run."""
     return _backend(unsafe).mode
@@ -297,6 +302,20 @@ def _run_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, a
             os.close(fd)
 
 
+def _namespace_argv(backend: _Backend, tmp_mb: int, ro_dev: bool) -> list[str]:
+    """bwrap's namespaces and mounts: read-only /, private /dev, /dev/shm and /tmp (tmpfs of
+    `tmp_mb` each), the hidden directories under empty read-only tmpfs."""
+    cmd = [backend.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+           "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
+           "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+           "--size", str(max(1, tmp_mb) << 20), "--tmpfs", "/dev/shm"]
+    if ro_dev:
+        cmd += ["--remount-ro", "/dev"]
+    for d in _hidden_dirs(backend.python):
+        cmd += ["--size", str(1 << 16), "--tmpfs", d, "--remount-ro", d]
+    return cmd + ["--size", str(max(1, tmp_mb) << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+
+
 def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
                 max_procs, max_file_mb, tmp_mb, ro_dev: bool = False):
     """Start `code` in a fresh bwrap sandbox: (the bwrap process, its start time, the read ends
@@ -305,15 +324,7 @@ def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
     writes (proc.stdin). `ro_dev` mounts /dev read-only (its /dev/shm stays writable)."""
     fds: list[int] = []
     try:
-        cmd = [backend.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
-               "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
-               "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-               "--size", str(max(1, tmp_mb) << 20), "--tmpfs", "/dev/shm"]
-        if ro_dev:
-            cmd += ["--remount-ro", "/dev"]
-        for d in _hidden_dirs(backend.python):
-            cmd += ["--size", str(1 << 16), "--tmpfs", d, "--remount-ro", d]
-        cmd += ["--size", str(max(1, tmp_mb) << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+        cmd = _namespace_argv(backend, tmp_mb, ro_dev)
         for name, data in [("main.py", code), *sorted((files or {}).items())]:
             fd = _memfd(name, _as_bytes(data))
             fds.append(fd)

@@ -334,7 +334,7 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
 # The claims table
 
 def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0.2,
-                   grpo_clip=0.002, gspo_flops=1.0):
+                   grpo_clip=0.002, gspo_flops=1.0, cf_offset=None):
     """A report of GRPO and GSPO (2 seeds) on n AIME problems: GSPO's per-problem score is
     GRPO's + gspo_offset + a fixed zero-mean scatter of size `noise`; GRPO's reward falls to
     `grpo_tail` (from 0.4) in its last half; clip fractions and GSPO's compute as given."""
@@ -343,13 +343,15 @@ def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0
     base = [0.3 + 0.2 * ((i % 5) - 2) / 2 for i in range(n)]
     scatter = [noise * (((i * 7) % 11) - 5) / 5 for i in range(n)]
     evals = []
-    for s in (0, 1):
-        for var, budget, add in (("sft", 0, [0.0] * n), ("grpo", 100, [0.0] * n),
-                                 ("gspo", 100, [gspo_offset + e for e in scatter])):
-            probs = {f"p{i}": base[i] + add[i] for i in range(n)}
-            evals.append({"variant": var, "algorithm": var, "seed": s, "budget": budget,
-                          "step": budget // 5, "benchmark": "aime", "compute_flops": 1e10,
-                          "pass_at_1": sum(probs.values()) / n, "problems": probs})
+    offsets = {"aime": gspo_offset, **({"cf": cf_offset} if cf_offset is not None else {})}
+    for bench, offset in offsets.items():
+        for s in (0, 1):
+            for var, budget, add in (("sft", 0, [0.0] * n), ("grpo", 100, [0.0] * n),
+                                     ("gspo", 100, [offset + e for e in scatter])):
+                probs = {f"p{i}": base[i] + add[i] for i in range(n)}
+                evals.append({"variant": var, "algorithm": var, "seed": s, "budget": budget,
+                              "step": budget // 5, "benchmark": bench, "compute_flops": 1e10,
+                              "pass_at_1": sum(probs.values()) / n, "problems": probs})
     runs = []
     for s in (0, 1):
         for var, clip, flops in (("grpo", grpo_clip, 1.0), ("gspo", gspo_clip, gspo_flops)):
@@ -379,6 +381,14 @@ def test_claims_are_reproduced_only_as_far_as_their_intervals_allow():
     assert better["compute"] == "reproduced" and better["clipping"] == "reproduced"
     worse = _verdicts(_claims_report(-0.1))
     assert worse["clipping"] == worse["compute"] == "not reproduced"
+
+
+def test_a_benchmark_that_goes_the_other_way_makes_the_verdict_inconclusive():
+    v = _verdicts(_claims_report(0.05, cf_offset=-0.03))
+    assert v["compute"] == "inconclusive at this sample size"       # higher on aime, lower on cf
+    assert v["clipping"] == "inconclusive at this sample size"      # cf may be 0.03 worse
+    assert _verdicts(_claims_report(0.05, cf_offset=-0.2))["clipping"] == "not reproduced"
+    assert _verdicts(_claims_report(0.05, cf_offset=0.0))["compute"] == "reproduced"
 
 
 def test_a_small_noisy_sample_is_inconclusive_not_a_verdict_either_way():

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from evaluators import batch, sandbox
+from evaluators import batch, pool, sandbox
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
@@ -71,6 +71,7 @@ def marker():
 @pytest.fixture(autouse=True)
 def nothing_left_behind(marker):
     yield
+    pool.shutdown()         # the warm workers are ours too: stopped, they must leave nothing
     # Give the kernel a moment to finish tearing down namespaces, then insist on a clean table.
     deadline = time.monotonic() + 3.0
     while True:
@@ -425,9 +426,10 @@ def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_reques
 # One sandbox per program (evaluators.batch): nothing a program leaves behind reaches another,
 # after it or beside it, and nothing a test leaves behind reaches the program's next test.
 
-# Solves "print the square of n" and caches every answer everywhere it can: files in /tmp and
-# /dev/shm, the environment, a daemon serving the cache on an abstract unix socket and on a
-# loopback TCP port, a SysV shared-memory segment.
+# Solves "print the square of n" and caches every answer everywhere it can: files in /tmp,
+# /dev/shm and /dev, the environment, a daemon serving the cache on an abstract unix socket and on
+# a loopback TCP port, a SysV shared-memory segment, a key in every keyring it can reach (session,
+# user, user-session, persistent), a POSIX message queue.
 CACHING = r"""
 import ctypes, os, socket, sys, time
 n = int(input())
@@ -438,6 +440,16 @@ for d in ("/tmp", "/dev/shm"):
 os.environ["GSPO_CACHE"] = answer
 os.putenv("GSPO_CACHE", answer)
 libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for ring in (-3, -4, -5, libc.syscall(250, 22, -1, -2)):     # @s, @u, @us, persistent
+    libc.syscall(248, b"user", b"gspo-cache", answer.encode(), len(answer), ring)
+q = libc.mq_open(b"/gspo-cache", os.O_CREAT | os.O_WRONLY, 0o666, None)
+if q >= 0:
+    libc.mq_send(q, answer.encode(), len(answer), 0)
+try:
+    open("/dev/gspo-cache", "w").write(answer)
+except OSError:
+    pass
 shm = libc.shmget(0x6a5b0, 4096, 0o1666)       # IPC_CREAT | 0666
 if shm >= 0:
     libc.shmat.restype = ctypes.c_void_p
@@ -472,32 +484,44 @@ print(answer)
 # Answers only from a cache: it passes only if some earlier program's leftovers reach it.
 READER = r"""
 import ctypes, os, socket, sys, time
+WHICH = False    # True: print which of the mechanisms found an answer, not the answer
 n = int(input())
 found = []
 deadline = time.time() + float(sys.argv[1])
-while not found and time.time() < deadline:
-    for d in ("/tmp", "/dev/shm"):
+while (WHICH or not found) and time.time() < deadline:
+    for path in (f"/tmp/cache-{n}", f"/dev/shm/cache-{n}", "/dev/gspo-cache"):
         try:
-            found.append(open(f"{d}/cache-{n}").read())
+            found.append(("file", open(path).read()))
         except OSError:
             pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    buf = ctypes.create_string_buffer(64)
+    for ring in (-3, -4, -5, libc.syscall(250, 22, -1, -2)):
+        key = libc.syscall(250, 10, ring, b"user", b"gspo-cache", 0)      # KEYCTL_SEARCH
+        if key > 0 and libc.syscall(250, 11, key, buf, 64) > 0:          # KEYCTL_READ
+            found.append(("key", buf.value.decode()))
+    q = libc.mq_open(b"/gspo-cache", os.O_RDONLY | os.O_NONBLOCK)
+    if q >= 0:
+        big = ctypes.create_string_buffer(8192)
+        if libc.mq_receive(q, big, 8192, None) > 0:
+            found.append(("mq", big.value.decode()))
     if os.environ.get("GSPO_CACHE"):
-        found.append(os.environ["GSPO_CACHE"])
+        found.append(("env", os.environ["GSPO_CACHE"]))
     for family, address in ((socket.AF_UNIX, "\0gspo-cache"), (socket.AF_INET, ("127.0.0.1", 47613))):
         try:
             s = socket.create_connection(address, 0.1) if family == socket.AF_INET else socket.socket(family)
             if family == socket.AF_UNIX:
                 s.connect(address)
-            found.append(s.recv(64).decode())
+            found.append(("socket", s.recv(64).decode()))
         except OSError:
             pass
-    libc = ctypes.CDLL(None, use_errno=True)
     shm = libc.shmget(0x6a5b0, 4096, 0o666)
     if shm >= 0:
         libc.shmat.restype = ctypes.c_void_p
-        found.append(ctypes.string_at(libc.shmat(shm, None, 0)).decode())
+        found.append(("shm", ctypes.string_at(libc.shmat(shm, None, 0)).decode()))
     time.sleep(0.05)
-print(found[0] if found else "nothing")
+print(sorted({k for k, _ in found}) if WHICH else (found[0][1] if found else "nothing"))
 """
 
 
@@ -510,14 +534,21 @@ def test_a_program_cannot_read_what_an_earlier_program_cached(marker):
     from evaluators import judge
     from evaluators import livecodebench as lcb
 
+    pool.shutdown()
     tests = _square_tests([3, 7, 12])
     kw = dict(compare=lcb.outputs_match, timeout_s=3.0, memory_mb=256)
     assert judge.run_tests(CACHING, tests, **kw)["passed"], "the caching program must itself pass"
+    (worker,) = pool._POOL.idle                  # the reader runs next in this same worker
     reader = READER.replace("sys.argv[1]", "0.3")
     got = judge.run_tests(reader, tests, **kw)
+    assert pool._POOL.idle == [worker]
     assert got["verdicts"] == ["wrong answer"] * 3, got
-    # Control: the reader does pass when the cache is reachable, inside one program's test.
+    # Control: inside one program's test, every mechanism does carry the answer (but a POSIX
+    # message queue, which a pooled test cannot create: RLIMIT_MSGQUEUE is 0).
     both = CACHING.replace("print(answer)", "") + reader.replace("n = int(input())", "")
+    r = batch.run_program([dict(code=both.replace("WHICH = False", "WHICH = True"),
+                                stdin="3\n", timeout_s=3.0, memory_mb=256)])[0]
+    assert r.stdout.strip() == str(["env", "file", "key", "shm", "socket"]), r
     assert judge.run_tests(both, tests, **kw)["passed"]
 
 
@@ -586,3 +617,55 @@ def test_stop_on_failure_runs_no_test_after_a_failing_run():
     assert [r.status for r in batch.run_program(jobs, stop_on_failure=True)] == \
         ["ok", "ok", "runtime_error"]
     assert len(batch.run_program(jobs)) == 4
+
+
+@needs_bwrap
+def test_a_program_that_sabotages_the_reset_leaves_nothing_to_the_next_one_in_its_worker(marker):
+    # It locks its files and keyring away from the worker and keeps an IPC segment hidden by
+    # its permissions; the next program in the same worker must find none of it.
+    saboteur = r"""
+import ctypes, os, sys
+LOCK_KEYRING = sys.argv[1] == "lock"
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+os.makedirs("/tmp/d/e")
+open("/tmp/d/e/answer", "w").write("49")
+os.chmod("/tmp/d/e", 0)
+os.chmod("/tmp/d", 0)
+libc.syscall(248, b"user", b"gspo-cache", b"49", 2, -4)
+if LOCK_KEYRING:
+    libc.syscall(250, 5, -4, 0)                  # KEYCTL_SETPERM @u: nobody may do anything
+libc.shmget(0x6a5b1, 4096, 0o1000)               # IPC_CREAT, mode 000
+os.chmod("/tmp", 0)
+print("done")
+"""
+    looker = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+print(sorted(os.listdir("/tmp")), libc.syscall(250, 10, -4, b"user", b"gspo-cache", 0) > 0,
+      libc.shmget(0x6a5b1, 0, 0) >= 0, os.listdir("/dev/shm"))
+"""
+    pool.shutdown()
+    first = batch.run_program([dict(code=saboteur, args=["keep", marker], **LIMITS)])[0]
+    assert (first.status, first.stdout) == ("ok", "done\n"), first
+    (worker,) = pool._POOL.idle
+    second = batch.run_program([dict(code=looker, **LIMITS)])[0]
+    assert pool._POOL.idle == [worker], "the looker ran in another worker"
+    assert second.stdout == "['main.py'] False False []\n", second
+    # A keyring the worker cannot empty any more: it refuses to go on and is replaced.
+    first = batch.run_program([dict(code=saboteur, args=["lock", marker], **LIMITS)])[0]
+    assert (first.status, first.stdout) == ("ok", "done\n"), first
+    assert pool._POOL.idle == []
+    second = batch.run_program([dict(code=looker, **LIMITS)])[0]
+    assert second.stdout == "['main.py'] False False []\n", second
+
+
+@needs_bwrap
+def test_a_program_that_kills_its_worker_loses_only_its_own_tests(marker):
+    pool.shutdown()
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(1)\n"
+    results = batch.run_program([dict(code=code, args=[marker], **LIMITS)] * 2)
+    assert [r.status for r in results] == ["runtime_error"] * 2
+    assert pool._POOL.idle == []                  # the broken worker was discarded
+    assert batch.run_program([dict(code="print(2)", **LIMITS)])[0].stdout == "2\n"

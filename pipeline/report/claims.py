@@ -1,18 +1,19 @@
 """The paper's claims, one row each, with what this experiment measured and a verdict no stronger
-than its interval allows: "reproduced", "not reproduced", "inconclusive at this sample size" or
+than its intervals allow: "reproduced", "not reproduced", "inconclusive at this sample size" or
 "not measured here" (with where it is measured).
 
-The rows compare the variants named `gspo` and `grpo` (the plain algorithms) on the report's
-primary benchmark (AIME-style when evaluated, else the first one) at the final budget, with the
-paired bootstrap interval over problems of pipeline.report.stats.paired_diff:
+The rows compare the variants named `gspo` and `grpo` (the plain algorithms) at the final budget
+on every evaluated benchmark, each with the paired bootstrap interval over problems of
+pipeline.report.stats.paired_diff:
 
 (a) clipping vs learning: GSPO clips many more tokens (ratio of mean clipped-token fractions,
-    GSPO/GRPO, > 1 in every seed) and learns at least as well: reproduced when the score
-    difference's interval lies above -NONINFERIORITY; not reproduced when GSPO clips no more or
-    the interval lies below 0 (or wholly below the margin); otherwise inconclusive;
-(b) score at matched training compute: both runs take the same steps, so the final budget is
-    matched compute when the FLOPs agree within COMPUTE_TOLERANCE; reproduced when GSPO's
-    interval lies above 0, not reproduced when below 0, else inconclusive;
+    GSPO/GRPO, > 1 in every seed) and learns at least as well: reproduced when every
+    benchmark's interval lies above -NONINFERIORITY; not reproduced when GSPO clips no more or
+    some benchmark's interval lies wholly below -NONINFERIORITY; otherwise inconclusive;
+(b) score at matched training compute: both take the same steps, so the final budget is matched
+    compute when the FLOPs agree within COMPUTE_TOLERANCE; reproduced when some benchmark's
+    interval lies above 0 and none below, not reproduced when some lies below 0 and none above,
+    else (mixed, or every interval around 0) inconclusive;
 (c) stability: collapsed runs (the report's collapse rule) and the drop from the best to the
     final smoothed reward, per algorithm; reproduced when GRPO collapses in some runs and GSPO in
     none, not reproduced when GSPO collapses at least as often as GRPO and does so at all,
@@ -59,45 +60,61 @@ def _seed_clip_ratios(runs_a, runs_b) -> list[float]:
     return out
 
 
-def clipping(groups: dict, diff: dict, bench: str, conf: float) -> dict:
+def _diffs_text(diffs: dict) -> str:
+    return "; ".join(f"{b} {_interval(d)}" for b, d in diffs.items())
+
+
+def clipping(groups: dict, diffs: dict, conf: float) -> dict:
+    """(a): more clipping in every seed, and no benchmark worse beyond the margin."""
     ratios = _seed_clip_ratios(groups["gspo"], groups["grpo"])
-    if not ratios or not diff:
+    if not ratios or not diffs:
         return _row("clipping", "-", "not measured here", "no clip fractions or scores of both")
     mean_ratio = statistics.mean(ratios)
     measured = (f"clip ratio GSPO/GRPO {mean_ratio:.1f}x (seeds {min(ratios):.1f}-"
-                f"{max(ratios):.1f}x); {bench} pass@1 GSPO - GRPO {_interval(diff)}")
-    if min(ratios) <= 1 or diff["diff_ci_high"] < 0:
+                f"{max(ratios):.1f}x); pass@1 GSPO - GRPO: {_diffs_text(diffs)}")
+    worse = [b for b, d in diffs.items() if d["diff_ci_high"] < -NONINFERIORITY]
+    unsure = [b for b, d in diffs.items() if d["diff_ci_low"] <= -NONINFERIORITY]
+    if min(ratios) <= 1 or worse:
         verdict = "not reproduced"
         why = ("GSPO clipped no more tokens than GRPO in some seed" if min(ratios) <= 1 else
-               f"GSPO scored lower (the whole {conf:.0%} interval is below 0)")
-    elif diff["diff_ci_low"] > -NONINFERIORITY:
+               f"GSPO scored lower by more than {NONINFERIORITY} on {', '.join(worse)} (the "
+               f"whole {conf:.0%} interval)")
+    elif not unsure:
         verdict = "reproduced"
-        why = (f"GSPO clipped more in every seed and its interval lies above -{NONINFERIORITY} "
-               "(the non-inferiority margin)")
+        why = (f"GSPO clipped more in every seed and every benchmark's interval lies above "
+               f"-{NONINFERIORITY} (the non-inferiority margin)")
     else:
         verdict = "inconclusive at this sample size"
-        why = f"the interval reaches below -{NONINFERIORITY}: a loss cannot be ruled out"
-    return _row("clipping", measured, verdict, why, clip_ratio=mean_ratio, **diff)
+        why = (f"the interval on {', '.join(unsure)} reaches below -{NONINFERIORITY}: a loss "
+               "cannot be ruled out")
+    return _row("clipping", measured, verdict, why, clip_ratio=mean_ratio)
 
 
-def compute(groups: dict, diff: dict, bench: str, conf: float) -> dict:
+def compute(groups: dict, diffs: dict, conf: float) -> dict:
+    """(b): at matched compute, higher on some benchmark and lower on none."""
     flops = [stats._timing(groups[a])[2] for a in ("gspo", "grpo")]
-    if not diff or not all(flops):
+    if not diffs or not all(flops):
         return _row("compute", "-", "not measured here", "no final scores or compute of both")
     ratio = flops[0] / flops[1]
-    measured = (f"{bench} pass@1 GSPO - GRPO at the final budget {_interval(diff)}; "
-                f"training compute GSPO/GRPO {ratio:.2f}")
+    measured = (f"pass@1 GSPO - GRPO at the final budget: {_diffs_text(diffs)}; training "
+                f"compute GSPO/GRPO {ratio:.2f}")
     if abs(ratio - 1) > COMPUTE_TOLERANCE:
         return _row("compute", measured, "inconclusive at this sample size",
                     f"compute differs by more than {COMPUTE_TOLERANCE:.0%}: not matched",
-                    compute_ratio=ratio, **diff)
-    if diff["diff_ci_low"] > 0:
-        verdict, why = "reproduced", f"the whole {conf:.0%} interval is above 0"
-    elif diff["diff_ci_high"] < 0:
-        verdict, why = "not reproduced", f"the whole {conf:.0%} interval is below 0"
+                    compute_ratio=ratio)
+    above = [b for b, d in diffs.items() if d["diff_ci_low"] > 0]
+    below = [b for b, d in diffs.items() if d["diff_ci_high"] < 0]
+    if above and not below:
+        verdict = "reproduced"
+        why = f"higher on {', '.join(above)} (whole {conf:.0%} interval above 0), lower on none"
+    elif below and not above:
+        verdict = "not reproduced"
+        why = f"lower on {', '.join(below)} (whole {conf:.0%} interval below 0), higher on none"
     else:
-        verdict, why = "inconclusive at this sample size", "the interval contains 0"
-    return _row("compute", measured, verdict, why, compute_ratio=ratio, **diff)
+        verdict = "inconclusive at this sample size"
+        why = (f"mixed: higher on {', '.join(above)}, lower on {', '.join(below)}" if above else
+               "every interval contains 0")
+    return _row("compute", measured, verdict, why, compute_ratio=ratio)
 
 
 def stability(stab: list[dict]) -> dict:
@@ -160,23 +177,23 @@ def engine(report) -> dict:
     return _row("engine", measured, verdict, why)
 
 
-def claims(report, bench: str | None = None) -> list[dict]:
+def claims(report) -> list[dict]:
     """One row per claim (see the module doc), in the paper's order."""
     groups = report.by_variant
-    scored = [r["benchmark"] for r in report.table]
-    bench = bench or ("aime" if "aime" in scored else (scored[0] if scored else None))
     rows_of = {(r["variant"], r["benchmark"]): r for r in report.table}
-    pair = rows_of.get(("gspo", bench)), rows_of.get(("grpo", bench))
     conf = report.settings["confidence"]
-    diff = stats.paired_diff(*pair, iters=report.settings["bootstrap_iters"],
-                             confidence=conf) if all(pair) else {}
+    diffs = {}
+    for bench in dict.fromkeys(r["benchmark"] for r in report.table):
+        pair = rows_of.get(("gspo", bench)), rows_of.get(("grpo", bench))
+        d = stats.paired_diff(*pair, iters=report.settings["bootstrap_iters"],
+                              confidence=conf) if all(pair) else {}
+        if d:
+            diffs[bench] = d
     both = "gspo" in groups and "grpo" in groups
     out = []
-    for key in ("clipping", "compute"):
-        if not both:
-            out.append(_row(key, "-", "not measured here", "needs the variants gspo and grpo"))
-        else:
-            out.append((clipping if key == "clipping" else compute)(groups, diff, bench, conf))
+    for key, fn in (("clipping", clipping), ("compute", compute)):
+        out.append(fn(groups, diffs, conf) if both else
+                   _row(key, "-", "not measured here", "needs the variants gspo and grpo"))
     out += [stability(report.stability), moe(report), engine(report)]
     return out
 

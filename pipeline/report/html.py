@@ -16,7 +16,7 @@ STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;pa
          "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
          ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
          "padding:.5em 1em}td.yes{background:#e6f4e6}td.no{background:#fbe6e6}"
-         "td.open{background:#fff6e0}.claims td{text-align:left}</style></head><body>")
+         "td.open{background:#fff6e0}.claims td,.claims th{text-align:left}</style></head><body>")
 
 
 def _fmt(v, digits=3):

@@ -1,0 +1,208 @@
+"""Warm program sandboxes: each worker is one bwrap sandbox running evaluators.batch.RUNNER, which
+stays up and runs program after program, each test in a fresh forked child.
+
+A sandbox and interpreter start (~20 ms) is then paid once per worker, not once per program or
+test. Between two programs the runner resets everything a program can leave behind in its
+sandbox (batch.RUNNER's `_gspo_reset`): it kills every process but itself and bwrap's init and
+waits until /proc lists none, empties /tmp and /dev/shm (the only writable file systems: /dev is
+mounted read-only in a worker), removes every SysV shared-memory segment, semaphore set and
+message queue, and empties the user, user-session and persistent keyrings; POSIX message queues
+cannot be created at all (RLIMIT_MSGQUEUE 0) and each test joins a fresh session keyring of its
+own; the environment, limits and working directory are the child's own. If any step fails the
+runner exits and the worker is discarded. The runner is non-dumpable, so a program cannot read
+or write its memory or descriptors; a program that stops or kills it loses its own tests and the
+worker. Workers are replaced after MAX_PROGRAMS programs. Programs running at the same time are
+in different workers, i.e. different sandboxes.
+
+A test whose limits exceed a worker's (POOL_MEMORY_MB, POOL_TMP_MB, POOL_MAX_FILE_MB, more
+processes) runs in a sandbox of its own program instead (batch.run_program's one-shot path).
+
+Workers are started from one long-lived thread, because bwrap's --die-with-parent fires when the
+*thread* that started it ends, and callers score from short-lived thread pools. `shutdown()`
+stops them all (also at exit); a forked child of the harness forgets its parent's workers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import selectors
+import threading
+import time
+
+from evaluators import sandbox
+from evaluators.supervise import _open_pid1, terminate
+
+POOL_MEMORY_MB = 4096
+POOL_TMP_MB = 64
+POOL_MAX_FILE_MB = 64
+MAX_PROGRAMS = 500
+_START_TIMEOUT_S = 20.0
+
+
+class WorkerError(RuntimeError):
+    """The worker stopped answering: it was discarded."""
+
+
+class Worker:
+    """One warm sandbox and the read end of its results channel."""
+
+    def __init__(self, backend):
+        from evaluators.batch import RUNNER
+
+        self.proc, _, streams = sandbox.start_bwrap(
+            backend, RUNNER, None, timeout_s=10 ** 6, memory_mb=POOL_MEMORY_MB, files=None,
+            args=(), channel=True, max_procs=sandbox.DEFAULT_MAX_PROCS + 1,
+            max_file_mb=POOL_MAX_FILE_MB, tmp_mb=POOL_TMP_MB, ro_dev=True)
+        self.chan, self.programs, self.buf = streams["channel"], 0, bytearray()
+        info, deadline = bytearray(), time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:        # bwrap writes its info JSON, then closes it
+            chunk = _read_ready(streams["info"], deadline)
+            if not chunk:
+                break
+            info += chunk
+        os.close(streams["info"])
+        self.pidfd = _open_pid1(bytes(info), self.proc.pid)
+        os.set_blocking(self.chan, False)
+
+    def run(self, request: bytes, n: int, deadline: float) -> list[tuple[dict, list[bytes]]]:
+        """Send one program's request; its frames until the runner's "done" (fewer when it
+        stopped at a failure). Raises WorkerError when the worker broke or overran."""
+        try:
+            self.proc.stdin.write(request)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise WorkerError(f"worker gone: {e}") from None
+        self.programs += 1
+        frames = []
+        while True:
+            frame = self._frame(deadline)
+            if frame is None:
+                raise WorkerError("worker ended or overran", frames)
+            if frame[0].get("done"):
+                return frames
+            frames.append(frame)
+
+    def _frame(self, deadline):
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0:
+                head = json.loads(self.buf[:end])
+                size = sum(head["n"])
+                if len(self.buf) >= end + 1 + size:
+                    body, pos, parts = self.buf[end + 1:end + 1 + size], 0, []
+                    for k in head["n"]:
+                        parts.append(bytes(body[pos:pos + k]))
+                        pos += k
+                    del self.buf[:end + 1 + size]
+                    return head, parts
+            chunk = _read_ready(self.chan, deadline)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        terminate(self.proc, self.pidfd)
+        os.close(self.chan)
+
+
+def _read_ready(fd: int, deadline: float) -> bytes:
+    """What `fd` has before `deadline` (b"" at EOF or when the deadline passes)."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b""
+            if sel.select(left):
+                try:
+                    return os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+
+
+class _Pool:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.idle: list[Worker] = []
+        self.starts: queue.Queue = queue.Queue()
+        self.spawner = None
+
+    def _spawn_forever(self):
+        while True:
+            backend, reply = self.starts.get()
+            try:
+                reply.put(Worker(backend))
+            except BaseException as e:  # noqa: BLE001 (handed to the caller)
+                reply.put(e)
+
+    def checkout(self, backend) -> Worker:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+            if self.spawner is None:
+                self.spawner = threading.Thread(target=self._spawn_forever, daemon=True,
+                                                name="gspo-sandbox-spawner")
+                self.spawner.start()
+        reply: queue.Queue = queue.Queue()
+        self.starts.put((backend, reply))
+        got = reply.get()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def checkin(self, w: Worker):
+        if w.programs >= MAX_PROGRAMS:
+            w.close()
+            return
+        with self.lock:
+            self.idle.append(w)
+
+    def shutdown(self):
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for w in idle:
+            w.close()
+
+    def forget(self):
+        """In a forked child: the workers are the parent's."""
+        self.lock = threading.Lock()
+        self.idle, self.starts, self.spawner = [], queue.Queue(), None
+
+
+_POOL = _Pool()
+atexit.register(_POOL.shutdown)
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def shutdown() -> None:
+    """Stop every idle worker (the next program starts a fresh one)."""
+    _POOL.shutdown()
+
+
+def fits(specs: list[dict], jobs: list[dict]) -> bool:
+    """Whether every test fits a worker's limits."""
+    return all(s["memory_mb"] <= POOL_MEMORY_MB and s["max_file_mb"] <= POOL_MAX_FILE_MB
+               for s in specs) and all(
+        int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) <= POOL_TMP_MB
+        and int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) <= sandbox.DEFAULT_MAX_PROCS
+        for j in jobs)
+
+
+def run(backend, request: bytes, n: int, deadline: float):
+    """One program's frames from a warm worker: (frames, complete). Incomplete means the worker
+    broke or overran (it is discarded); the frames it sent are still the program's."""
+    w = _POOL.checkout(backend)
+    try:
+        frames = w.run(request, n, deadline)
+    except WorkerError as e:
+        w.close()
+        return (e.args[1] if len(e.args) > 1 else []), False
+    _POOL.checkin(w)
+    return frames, True
