@@ -160,14 +160,20 @@ def _gspo_watch(pid, test, fds, start):
     sel = _sel.DefaultSelector()
     for fd in fds:
         sel.register(fd, _sel.EVENT_READ)
+    exit_fd = _os.pidfd_open(pid)                    # readable once the child has exited
+    sel.register(exit_fd, _sel.EVENT_READ)
     killed, status, deadline = None, None, start + test["timeout_s"]
-    while (sel.get_map() or status is None) and killed is None:
+    while len(sel.get_map()) and killed is None:
         left = deadline - _time.monotonic()
         if left <= 0:
             killed = "timeout"
             break
-        events = sel.select(min(left, 0.05)) if sel.get_map() else _time.sleep(min(left, 0.002))
-        for key, _ in events or ():
+        for key, _ in sel.select(left):
+            if key.fd == exit_fd:
+                sel.unregister(exit_fd)
+                status = _os.waitpid(pid, 0)[1]
+                _gspo_kill_others(wait=False)    # its descendants die with it, as with PID 2
+                continue
             chunk = _os.read(key.fd, 1 << 16)
             if not chunk:
                 sel.unregister(key.fd)
@@ -176,12 +182,8 @@ def _gspo_watch(pid, test, fds, start):
             bufs[key.fd] += chunk[:max(room, 0)]
             if len(chunk) > room:
                 killed = "output_limit"
-        if status is None:
-            done, st = _os.waitpid(pid, _os.WNOHANG)
-            if done:
-                status = st
-                _gspo_kill_others(wait=False)    # its descendants die with it, as with PID 2
     sel.close()
+    _os.close(exit_fd)
     _gspo_kill_others(wait=False)
     if status is None:
         status = _os.waitpid(pid, 0)[1]
