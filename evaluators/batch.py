@@ -99,7 +99,10 @@ def _gspo_reset():
         if open(path).read().splitlines()[1:]:
             raise SystemExit("runner: a SysV IPC object survives")
     # The user, user-session and persistent keyrings outlive processes: empty them (restoring
-    # their permissions first, which a program may have taken away).
+    # their permissions first, which a program may have taken away). Where a seccomp filter
+    # refuses keyctl (ENOSYS, EPERM), it refuses it to every program too: nothing to empty.
+    if _gspo_keyctl(11, -4, None, 0) < 0 and _ctypes.get_errno() in (1, 38):
+        return
     rings = [-4, -5]
     persistent = _gspo_keyctl(22, -1, -2)                   # KEYCTL_GET_PERSISTENT
     if persistent > 0:
@@ -408,9 +411,11 @@ def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
                 break
         return results
     specs = [_test_spec(j) for j in jobs]
-    if pooled and pool.fits(specs, jobs):
+    try:
+        if not (pooled and pool.fits(specs, jobs)):
+            raise pool.PoolUnavailable("not pooled")
         frames, status, why = _pooled(specs, stop_on_failure, unsafe)
-    else:
+    except pool.PoolUnavailable:
         frames, status, why = _one_shot(specs, jobs, stop_on_failure, unsafe)
     results = [_result(h, p) for h, p in frames]
     if len(results) == len(jobs) or (stop_on_failure and status == "ok" and results

@@ -15,7 +15,9 @@ worker. Workers are replaced after MAX_PROGRAMS programs. Programs running at th
 in different workers, i.e. different sandboxes.
 
 A test whose limits exceed a worker's (POOL_MEMORY_MB, POOL_TMP_MB, POOL_MAX_FILE_MB, more
-processes) runs in a sandbox of its own program instead (batch.run_program's one-shot path).
+processes) runs in a sandbox of its own program instead (batch.run_program's one-shot path). So
+does every program once a fresh worker has failed its first, empty request (a kernel or seccomp
+filter without something the runner needs): pooling is then off for the process, with a warning.
 
 Workers are started from one long-lived thread, because bwrap's --die-with-parent fires when the
 *thread* that started it ends, and callers score from short-lived thread pools. `shutdown()`
@@ -29,8 +31,10 @@ import json
 import os
 import queue
 import selectors
+import subprocess
 import threading
 import time
+import warnings
 
 from evaluators import sandbox
 from evaluators.supervise import _open_pid1, terminate
@@ -44,6 +48,10 @@ _START_TIMEOUT_S = 20.0
 
 class WorkerError(RuntimeError):
     """The worker stopped answering: it was discarded."""
+
+
+class PoolUnavailable(RuntimeError):
+    """A fresh worker failed its first, empty request: pooling does not work here."""
 
 
 class Worker:
@@ -66,6 +74,19 @@ class Worker:
         os.close(streams["info"])
         self.pidfd = _open_pid1(bytes(info), self.proc.pid)
         os.set_blocking(self.chan, False)
+        from evaluators.batch import request
+        try:                         # an empty program: the runner starts, resets and answers
+            self.run(request([], False), 0, time.monotonic() + _START_TIMEOUT_S)
+        except WorkerError:
+            try:
+                self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+            err = self.proc.stderr.read1(4096) if self.proc.poll() is not None else b""
+            self.close()
+            raise PoolUnavailable(f"a fresh sandbox worker did not answer: "
+                                  f"{err.decode('utf-8', 'replace').strip()[-300:]}") from None
+        self.programs = 0
 
     def run(self, request: bytes, n: int, deadline: float) -> list[tuple[dict, list[bytes]]]:
         """Send one program's request; its frames until the runner's "done" (fewer when it
@@ -186,9 +207,12 @@ def shutdown() -> None:
     _POOL.shutdown()
 
 
+_unavailable: list[str] = []     # why pooling does not work here, once a fresh worker failed
+
+
 def fits(specs: list[dict], jobs: list[dict]) -> bool:
-    """Whether every test fits a worker's limits."""
-    return all(s["memory_mb"] <= POOL_MEMORY_MB and s["max_file_mb"] <= POOL_MAX_FILE_MB
+    """Whether pooling works here and every test fits a worker's limits."""
+    return not _unavailable and all(s["memory_mb"] <= POOL_MEMORY_MB and s["max_file_mb"] <= POOL_MAX_FILE_MB
                for s in specs) and all(
         int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) <= POOL_TMP_MB
         and int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) <= sandbox.DEFAULT_MAX_PROCS
@@ -198,7 +222,13 @@ def fits(specs: list[dict], jobs: list[dict]) -> bool:
 def run(backend, request: bytes, n: int, deadline: float):
     """One program's frames from a warm worker: (frames, complete). Incomplete means the worker
     broke or overran (it is discarded); the frames it sent are still the program's."""
-    w = _POOL.checkout(backend)
+    try:
+        w = _POOL.checkout(backend)
+    except PoolUnavailable as e:
+        if not _unavailable:
+            _unavailable.append(str(e))
+            warnings.warn(f"{e}; each program runs in a sandbox of its own", stacklevel=3)
+        raise
     try:
         frames = w.run(request, n, deadline)
     except WorkerError as e:

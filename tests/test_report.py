@@ -426,3 +426,16 @@ def test_the_claims_come_first_on_the_page_and_in_summary_json_with_links(tmp_pa
     page = (out / "index.html").read_text()
     assert page.index("The paper's claims") < page.index("Score against training compute")
     assert "../../moe/report/index.html" in page and "config/precision.yaml" in page
+
+
+def test_a_fit_to_noise_keeps_the_asymptote_in_the_score_range_and_says_it_is_not_identified():
+    from pipeline.report.scaling import scaling_fits
+
+    evals = _curve_evals([25, 50, 75, 100], a=0.21, n=12)      # a gain of 0.01: all noise
+    for e in evals:                                          # scatter the budgets' means
+        if e["budget"]:
+            shift = 0.02 * (-1) ** (e["budget"] // 25 + e["seed"])
+            e["problems"] = {k: v + shift for k, v in e["problems"].items()}
+    (f,) = scaling_fits({"evals": evals}, iters=100, confidence=0.95)
+    assert 0.0 <= f["asymptote_ci_low"] <= f["asymptote"] <= f["asymptote_ci_high"] <= 1.0
+    assert f["status"].startswith("fitted; ") and "not identified" in f["status"], f["status"]

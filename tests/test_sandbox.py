@@ -669,3 +669,22 @@ def test_a_program_that_kills_its_worker_loses_only_its_own_tests(marker):
     assert [r.status for r in results] == ["runtime_error"] * 2
     assert pool._POOL.idle == []                  # the broken worker was discarded
     assert batch.run_program([dict(code="print(2)", **LIMITS)])[0].stdout == "2\n"
+
+
+@needs_bwrap
+def test_where_a_fresh_worker_cannot_start_programs_run_in_sandboxes_of_their_own(monkeypatch):
+    start = sandbox.start_bwrap
+
+    def broken_worker(backend, code, stdin, **kw):       # only the pool asks for a read-only /dev
+        return start(backend, "raise SystemExit('broken')" if kw.get("ro_dev") else code,
+                     stdin, **kw)
+
+    pool.shutdown()
+    monkeypatch.setattr(pool, "_unavailable", [])
+    monkeypatch.setattr(sandbox, "start_bwrap", broken_worker)
+    jobs = [dict(code="print(int(input()) + 1)", stdin=f"{i}\n", **LIMITS) for i in range(3)]
+    with pytest.warns(UserWarning, match="did not answer: broken"):
+        results = batch.run_program(jobs)
+    assert [r.stdout for r in results] == ["1\n", "2\n", "3\n"]
+    assert pool._unavailable and not pool.fits([], [])
+    assert [r.stdout for r in batch.run_program(jobs)] == ["1\n", "2\n", "3\n"]   # no retry

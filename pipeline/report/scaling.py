@@ -7,8 +7,11 @@ resample problems and seeds together.
 
 The fit is least squares over a grid of (B, C_mid), with A in closed form at each grid point
 (the model is linear in A - R0 given B and C_mid): deterministic, no optimiser to stall, and the
-grid spans C_mid from a tenth of the smallest to ten times the largest compute. With fewer than
-MIN_POINTS budgets above 0 it does not fit (three free parameters would fit noise) and says so.
+grid spans C_mid from a tenth of the smallest to ten times the largest compute; A is kept in the
+score range [0, 1]. With fewer than MIN_POINTS budgets above 0 it does not fit (three free
+parameters would fit noise) and says so; when the bootstrap interval of the asymptote or of the
+efficiency reaches a bound of its range ([0, 1]; the B grid), the status says that parameter is
+not identified at this sample size.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import statistics
 import numpy as np
 
 MIN_POINTS = 4                    # budgets with compute > 0: three parameters and one to spare
+SCORE_RANGE = (0.0, 1.0)          # pass@1: the asymptote is fitted inside it
 B_GRID = np.geomspace(0.25, 8.0, 48)
 C_STEPS = 96
 
@@ -38,6 +42,9 @@ def fit(compute, scores, r0: float) -> dict:
     g = 1.0 / (1.0 + (c_mids[None, :, None] / c[None, None, :]) ** B_GRID[:, None, None])
     # A - R0 = <g, y> / <g, g> for each (B, C_mid): g is (Bn, M, P)
     gain = (g * y).sum(-1) / np.maximum((g * g).sum(-1), 1e-300)           # (Bn, M)
+    # pass@1 lies in [0, 1], so A does too; the loss is quadratic in A, so clipping the free
+    # optimum gives the constrained one at each grid point.
+    gain = np.clip(gain, SCORE_RANGE[0] - r0, SCORE_RANGE[1] - r0)
     sse = ((gain[..., None] * g - y) ** 2).sum(-1)                          # (Bn, M)
     i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
     return {"asymptote": float(r0 + gain[i, j]), "efficiency": float(B_GRID[i]),
@@ -92,7 +99,14 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
         lo, hi = np.quantile(v, [alpha, 1 - alpha])
         out[f"{k}_ci_low"], out[f"{k}_ci_high"] = float(lo), float(hi)
     grid = np.geomspace(min(c), max(c), 50)
-    return {**out, **best, "r0": r0, "status": "fitted",
+    edge = 1e-6
+    loose = [name for name, lo, hi, (a, b) in (
+        ("asymptote", out["asymptote_ci_low"], out["asymptote_ci_high"], SCORE_RANGE),
+        ("efficiency", out["efficiency_ci_low"], out["efficiency_ci_high"],
+         (B_GRID[0], B_GRID[-1]))) if lo <= a + edge or hi >= b - edge]
+    status = (f"fitted; {' and '.join(loose)} not identified at this sample size (the interval "
+              "reaches the bound of its range)" if loose else "fitted")
+    return {**out, **best, "r0": r0, "status": status,
             "fitted": list(zip(grid.tolist(),
                                curve_values(grid, r0, best["asymptote"], best["efficiency"],
                                             best["c_mid"]).tolist()))}
