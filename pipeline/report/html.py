@@ -126,7 +126,10 @@ def _fits(fits: list[dict]) -> list[str]:
         "fast it gets there, <code>c_mid</code> the compute at half the gain. Least squares on "
         "the mean over seeds at each budget; intervals from a bootstrap over problems and seeds. "
         "Fewer than four budgets above 0 are not fitted (three free parameters would fit "
-        "noise). The fitted curves are the dashed lines in the first figure.</p>",
+        "noise). A stays within the 0-1 score range; a parameter is <i>not identified</i> "
+        "when its interval reaches the bound of its range (A: 0 or 1; B: 0.25 or 8): read it "
+        "as unknown at this sample size (more budgets, seeds or problems would pin it). The "
+        "fitted curves are the dashed lines in the first figure.</p>",
         table(fits, FIT_COLS, digits=4)]
 
 

@@ -104,8 +104,7 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
         ("asymptote", out["asymptote_ci_low"], out["asymptote_ci_high"], SCORE_RANGE),
         ("efficiency", out["efficiency_ci_low"], out["efficiency_ci_high"],
          (B_GRID[0], B_GRID[-1]))) if lo <= a + edge or hi >= b - edge]
-    status = (f"fitted; {' and '.join(loose)} not identified at this sample size (the interval "
-              "reaches the bound of its range)" if loose else "fitted")
+    status = f"fitted; {' and '.join(loose)} not identified" if loose else "fitted"
     return {**out, **best, "r0": r0, "status": status,
             "fitted": list(zip(grid.tolist(),
                                curve_values(grid, r0, best["asymptote"], best["efficiency"],
