@@ -480,10 +480,10 @@ def test_the_slurm_profile_asks_for_what_the_training_jobs_use_and_fits_the_real
             assert "gpu" not in r, "`gpu` is --gpus, a count for the whole job: use gres"
 
 
-def test_the_default_config_plans_grpo_and_gspo_over_two_seeds_and_four_budgets(tmp_path):
+def test_the_default_config_plans_grpo_and_gspo_over_two_seeds_and_five_budgets(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs["rl"] >= 4 and jobs["eval_checkpoint"] == jobs["rl"] * 3
+    assert jobs["rl"] >= 4 and jobs["eval_checkpoint"] == jobs["rl"] * 4   # 25/50/75/100 %
     rl = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "rl" / "gspo-seed1.yaml").read_text())
     assert rl["ckpt_every"] == 8 and rl["steps"] == 32 and rl["seed"] == 1
     assert {d["path"].split("/")[-1] for d in rl["train_data"]} == {"aime_rl.jsonl", "lcb_rl.jsonl", "cf_rl.jsonl"}
