@@ -342,23 +342,38 @@ def _result(head: dict, parts: list[bytes]) -> Result:
                   True)
 
 
+def next_frame(data, pos: int = 0):
+    """The RUNNER frame starting at `data[pos:]`: (header, [stdout, stderr, channel bytes], the
+    position after it), or None while it is incomplete."""
+    end = data.find(b"\n", pos)
+    if end < 0:
+        return None
+    head = json.loads(data[pos:end])
+    pos = end + 1
+    if pos + sum(head["n"]) > len(data):
+        return None
+    parts = []
+    for size in head["n"]:
+        parts.append(bytes(data[pos:pos + size]))
+        pos += size
+    return head, parts, pos
+
+
 def _parse_frames(data: bytes, n: int) -> list[tuple[dict, list[bytes]]]:
     """The complete (header, parts) frames at the start of `data`, up to the "done" one."""
     out, pos = [], 0
-    while len(out) < n and pos < len(data):
-        end = data.find(b"\n", pos)
-        if end < 0:
+    while len(out) < n:
+        frame = next_frame(data, pos)
+        if frame is None or frame[0].get("done"):
             break
-        head = json.loads(data[pos:end])
-        sizes, pos = head["n"], end + 1
-        if head.get("done") or pos + sum(sizes) > len(data):
-            break
-        parts = []
-        for size in sizes:
-            parts.append(data[pos:pos + size])
-            pos += size
-        out.append((head, parts))
+        out.append(frame[:2])
+        pos = frame[2]
     return out
+
+
+def _time_limit(specs: list[dict]) -> float:
+    """The whole program's wall-time limit: its tests' plus the runner's start and slack."""
+    return sum(s["timeout_s"] for s in specs) + _START_SLACK_S + _PER_TEST_SLACK_S * len(specs)
 
 
 def _one_shot(specs: list[dict], jobs: list[dict], stop: bool, unsafe) -> tuple[list, str, str]:
@@ -367,7 +382,7 @@ def _one_shot(specs: list[dict], jobs: list[dict], stop: bool, unsafe) -> tuple[
     cap = sum(2 * s["max_output"] + s["max_stderr"] + _FRAME_SLACK for s in specs)
     outer = sandbox.run(
         RUNNER, request(specs, stop),
-        timeout_s=sum(s["timeout_s"] for s in specs) + _START_SLACK_S + _PER_TEST_SLACK_S * len(specs),
+        timeout_s=_time_limit(specs),
         memory_mb=max(s["memory_mb"] for s in specs), channel=True, max_output=cap,
         max_procs=max(int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) for j in jobs) + 1,
         max_file_mb=max(max(s["max_file_mb"] for s in specs), (largest >> 20) + 1),
@@ -380,10 +395,8 @@ def _pooled(specs: list[dict], stop: bool, unsafe) -> tuple[list, str, str]:
     """The program in a warm worker (evaluators.pool): (frames, how it ended, why)."""
     from evaluators import pool
 
-    deadline = (time.monotonic() + sum(s["timeout_s"] for s in specs) + _START_SLACK_S
-                + _PER_TEST_SLACK_S * len(specs))
-    frames, complete = pool.run(sandbox.backend(unsafe), request(specs, stop), len(specs),
-                                deadline)
+    deadline = time.monotonic() + _time_limit(specs)
+    frames, complete = pool.run(sandbox.backend(unsafe), request(specs, stop), deadline)
     if complete:
         return frames, "ok", ""
     status = "timeout" if time.monotonic() >= deadline else "runtime_error"

@@ -27,7 +27,6 @@ stops them all (also at exit); a forked child of the harness forgets its parent'
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import queue
 import selectors
@@ -76,7 +75,7 @@ class Worker:
         os.set_blocking(self.chan, False)
         from evaluators.batch import request
         try:                         # an empty program: the runner starts, resets and answers
-            self.run(request([], False), 0, time.monotonic() + _START_TIMEOUT_S)
+            self.run(request([], False), time.monotonic() + _START_TIMEOUT_S)
         except WorkerError:
             try:
                 self.proc.wait(timeout=2.0)
@@ -88,7 +87,7 @@ class Worker:
                                   f"{err.decode('utf-8', 'replace').strip()[-300:]}") from None
         self.programs = 0
 
-    def run(self, request: bytes, n: int, deadline: float) -> list[tuple[dict, list[bytes]]]:
+    def run(self, request: bytes, deadline: float) -> list[tuple[dict, list[bytes]]]:
         """Send one program's request; its frames until the runner's "done" (fewer when it
         stopped at a failure). Raises WorkerError when the worker broke or overran."""
         try:
@@ -107,18 +106,13 @@ class Worker:
             frames.append(frame)
 
     def _frame(self, deadline):
+        from evaluators.batch import next_frame
+
         while True:
-            end = self.buf.find(b"\n")
-            if end >= 0:
-                head = json.loads(self.buf[:end])
-                size = sum(head["n"])
-                if len(self.buf) >= end + 1 + size:
-                    body, pos, parts = self.buf[end + 1:end + 1 + size], 0, []
-                    for k in head["n"]:
-                        parts.append(bytes(body[pos:pos + k]))
-                        pos += k
-                    del self.buf[:end + 1 + size]
-                    return head, parts
+            frame = next_frame(self.buf)
+            if frame is not None:
+                del self.buf[:frame[2]]
+                return frame[:2]
             chunk = _read_ready(self.chan, deadline)
             if not chunk:
                 return None
@@ -219,7 +213,7 @@ def fits(specs: list[dict], jobs: list[dict]) -> bool:
         for j in jobs)
 
 
-def run(backend, request: bytes, n: int, deadline: float):
+def run(backend, request: bytes, deadline: float):
     """One program's frames from a warm worker: (frames, complete). Incomplete means the worker
     broke or overran (it is discarded); the frames it sent are still the program's."""
     try:
@@ -230,7 +224,7 @@ def run(backend, request: bytes, n: int, deadline: float):
             warnings.warn(f"{e}; each program runs in a sandbox of its own", stacklevel=3)
         raise
     try:
-        frames = w.run(request, n, deadline)
+        frames = w.run(request, deadline)
     except WorkerError as e:
         w.close()
         return (e.args[1] if len(e.args) > 1 else []), False
