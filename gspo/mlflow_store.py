@@ -2,6 +2,16 @@
 created once under concurrency, batched metrics / params / tags, metric replacement and truncation
 on SQL stores, and the lookup of runs by their `stage` tag.
 
+Every write here lands once however often it is retried (exactly once = at-least-once sends plus
+de-duplication against the store): a store can commit a write and then report itself locked, and
+a signal can cut a send short after the store took it, so a blind re-send would double it.
+- metrics: StoredSteps knows which (metric, step) points a run holds and sends only the others;
+  a send that ended without an answer makes it read the store again before the next one;
+- runs: create_run tags each new run with a token and, after a failed create, looks the token up
+  before creating again;
+- params: an equal value already logged is fine, a different one is a one-line error naming it;
+- tags: a key holds one value, so a re-sent tag cannot double (status tags change on purpose).
+
 Nothing here reads the environment: every function is given its client, run or URI.
 """
 
@@ -10,6 +20,7 @@ from __future__ import annotations
 import json
 import pathlib
 import time
+import uuid
 
 DEFAULT_EXPERIMENT = "gspo-bench"
 
@@ -109,14 +120,66 @@ def numeric_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def log_metrics(cl, run_id: str, rows: list[tuple[int, dict]]) -> None:
-    """Log [(step, {key: value})] in batches of MLflow's 1000-metric limit."""
-    from mlflow.entities import Metric
+class StoredSteps:
+    """The (metric, step) points one run holds in the store, so that `send` logs each point once
+    however often it is offered: by a retry after the store committed and then reported itself
+    locked, by a flush that a signal cut short after the send, or by a resumed stage replaying
+    its metrics file.
 
-    now = int(time.time() * 1000)
-    batch = [Metric(k, v, now, int(step)) for step, m in rows for k, v in numeric_metrics(m).items()]
-    for i in range(0, len(batch), 1000):
-        retry(cl.log_batch, run_id, metrics=batch[i:i + 1000])
+    A metric's history is read from the store at most once, at its first use, and kept up to date
+    locally after each acknowledged send. A send that ends without an answer (an error, a signal)
+    leaves its metrics unsure: the store, not this memory, then says what landed, and they are
+    read again before the next send. `fresh`: the run is known to hold none of the points about to
+    be sent (a run just created, or points just deleted), so nothing needs reading up front."""
+
+    def __init__(self, cl, run_id: str, *, fresh: bool):
+        self.cl, self.run_id, self.fresh = cl, run_id, fresh
+        self._steps: dict[str, set[int]] = {}
+        self._unsure: set[str] = set()
+
+    def held(self, key: str) -> set[int]:
+        """The steps at which the store holds `key`."""
+        if key in self._unsure or (key not in self._steps and not self.fresh):
+            hist = retry(self.cl.get_metric_history, self.run_id, key)
+            self._steps[key] = {int(m.step) for m in hist}
+            self._unsure.discard(key)
+        return self._steps.setdefault(key, set())
+
+    def send(self, rows: list[tuple[int, dict]], *, attempts: int = 8) -> int:
+        """Log the points of [(step, {key: value})] that the store lacks, in batches of MLflow's
+        1000-metric limit, retrying while the store is locked; returns the number sent."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        offered = {(k, int(step)): v for step, m in rows for k, v in numeric_metrics(m).items()}
+        todo = [Metric(k, v, now, s) for (k, s), v in offered.items() if s not in self.held(k)]
+        for i in range(0, len(todo), 1000):
+            chunk = todo[i:i + 1000]
+            for attempt in range(attempts):
+                chunk = [m for m in chunk if m.step not in self.held(m.key)]
+                if not chunk:
+                    break
+                keys = {m.key for m in chunk}
+                self._unsure |= keys            # until the store answers
+                try:
+                    self.cl.log_batch(self.run_id, metrics=chunk)
+                except Exception as e:  # noqa: BLE001 - MlflowException / OperationalError
+                    if attempt == attempts - 1 or not _is_locked(e):
+                        raise
+                    time.sleep(0.2 * 2 ** attempt)
+                    continue
+                for m in chunk:
+                    self._steps[m.key].add(m.step)
+                self._unsure -= keys
+                break
+        return len(todo)
+
+
+def log_metrics(cl, run_id: str, rows: list[tuple[int, dict]],
+                stored: StoredSteps | None = None) -> int:
+    """Log [(step, {key: value})], each (key, step) once (StoredSteps). Without `stored` the
+    run is taken to hold none of these points yet (a new run, or points just deleted)."""
+    return (stored or StoredSteps(cl, run_id, fresh=True)).send(rows)
 
 
 def replace_metrics(cl, run_id: str, step: int, metrics: dict) -> None:
@@ -210,24 +273,55 @@ def stage_runs(cl, exp_id: str, stage: str) -> list:
             return out
 
 
+CREATE_TOKEN = "gspo.create_token"     # the tag create_run finds a run it made by
+
+
+def create_run(cl, exp_id: str, *, tags: dict[str, str], run_name: str) -> str:
+    """A new run's id. The run carries a token tag, so that when the store commits the run and
+    then reports itself locked, the retry finds that run instead of making a second one."""
+    token = uuid.uuid4().hex
+    tags = {**tags, CREATE_TOKEN: token}
+    for attempt in range(8):
+        try:
+            return cl.create_run(exp_id, tags=tags, run_name=run_name).info.run_id
+        except Exception as e:  # noqa: BLE001
+            if attempt == 7 or not _is_locked(e):
+                raise
+            time.sleep(0.2 * 2 ** attempt)
+            found = retry(cl.search_runs, [exp_id], f"tags.`{CREATE_TOKEN}` = '{token}'")
+            if found:
+                return found[0].info.run_id
+    raise AssertionError("unreachable")
+
+
 def fresh_summary_run(cl, exp_id: str, stage: str, tags: dict | None = None) -> str:
     """A new run for a once-per-experiment stage (aggregate, report), replacing earlier ones so the
     UI shows one current summary; tagged stage=<stage>, algorithm=all, plus `tags`."""
     for old in stage_runs(cl, exp_id, stage):
         retry(cl.delete_run, old.info.run_id)
     all_tags = {"stage": stage, "algorithm": "all", **{k: str(v) for k, v in (tags or {}).items()}}
-    return retry(cl.create_run, exp_id, tags=all_tags, run_name=stage).info.run_id
+    return create_run(cl, exp_id, tags=all_tags, run_name=stage)
 
 
 def log_params(cl, run_id: str, params: dict[str, str]) -> None:
+    """Log params the run lacks; one it holds with an equal value is fine (a retried or repeated
+    call), one it holds with another value is a ValueError naming it (MLflow never changes a
+    param, and a run whose config changed under it would no longer say what it ran)."""
     from mlflow.entities import Param
 
-    items = [Param(k[:250], v[:6000]) for k, v in sorted(params.items())]
+    params = {k[:250]: v[:6000] for k, v in params.items()}
+    held = retry(cl.get_run, run_id).data.params
+    for k, v in sorted(params.items()):
+        if k in held and held[k] != v:
+            raise ValueError(f"MLflow run {run_id}: param {k!r} is already {held[k]!r}, not "
+                             f"{v!r}: start a new run for a changed config")
+    items = [Param(k, v) for k, v in sorted(params.items()) if k not in held]
     for i in range(0, len(items), 100):
         retry(cl.log_batch, run_id, params=items[i:i + 100])
 
 
 def set_tags(cl, run_id: str, tags: dict[str, str]) -> None:
+    """Set tags (a key holds one value: a repeated call changes nothing)."""
     from mlflow.entities import RunTag
 
     items = [RunTag(k, v) for k, v in tags.items()]

@@ -12,13 +12,20 @@ Inside it, every MetricsLog whose file lies in `out_dir` mirrors its records int
   `out_dir/run_info.json` (flattened, dotted keys) and tags stage, algorithm, seed, config_hash,
   git_commit, data_hash.<file> (sha256 of each training file), versions, the command and the
   Tracking's own tags;
-- its id is kept in `out_dir/mlflow_run.json`; a resumed stage (MetricsLog(resume_step=...)) with
-  that file reopens the same run instead of making a new one, first dropping any training
-  metric it holds beyond the resume step (truncate_metrics), as MetricsLog does with its file;
+- its id is kept in `out_dir/mlflow_run.json`; a stage that starts over there replaces (deletes)
+  the run an earlier attempt left, so the experiment holds one run per stage; a resumed stage
+  (MetricsLog(resume_step=...)) with that file reopens the same run instead of making a new
+  one, first dropping any training metric it holds beyond the resume step (truncate_metrics),
+  as MetricsLog does with its file;
 - commit="checkpoint" (RL) sends records to MLflow only once a complete checkpoint covers their
   step (out_dir/checkpoints/step_N), and everything at a clean end: MLflow then never holds a
   step that a resume would log a second time. commit="immediate" (SFT, no resume) sends each
   record at once;
+- every point reaches the run exactly once, whatever stops the stage: sends are at least once
+  (the buffer keeps records until their send is acknowledged, and a resumed stage offers again
+  the records its metrics file keeps, which a kill -9 may have left unsent) and StoredSteps
+  drops what the run already holds (a send a signal cut short, a store that committed and then
+  reported itself locked, a record an earlier attempt sent);
 - at the end the run is marked FINISHED, FAILED (an exception) or KILLED (SIGTERM, SIGINT), and
   run_info.json, summary.json and metrics.jsonl are attached as artifacts.
 
@@ -40,10 +47,10 @@ import signal
 import sys
 import threading
 
-from gspo.mlflow_store import (DEFAULT_EXPERIMENT, artifact_root_for, client,  # noqa: F401
-                               experiment_id, flatten, fresh_summary_run, log_metrics,
-                               log_params, numeric_metrics, replace_metrics, retry, run_tags,
-                               set_tags, stage_runs, truncate_metrics)
+from gspo.mlflow_store import (DEFAULT_EXPERIMENT, StoredSteps, artifact_root_for,  # noqa: F401
+                               client, create_run, experiment_id, flatten, fresh_summary_run,
+                               log_metrics, log_params, numeric_metrics, replace_metrics, retry,
+                               run_tags, set_tags, stage_runs, truncate_metrics)
 
 RUN_FILE = "mlflow_run.json"
 ARTIFACTS = ("run_info.json", "summary.json", "metrics.jsonl")
@@ -97,7 +104,7 @@ class MetricsLog:
             f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
         self._mirror = _active_for(self.path.parent)
         if self._mirror is not None:
-            self._mirror.attach(resume_step)
+            self._mirror.attach(resume_step, kept)
 
     def log(self, step: int, metrics: dict) -> None:
         rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
@@ -199,13 +206,18 @@ class StageRun:
         self.enabled = self.tracking.enabled
         self.run_id: str | None = None
         self.resume_step: int | None = None
-        self._buffer: list[tuple[int, dict]] = []
+        self._buffer: list[tuple[int, dict]] = []     # records not yet acknowledged by the store
         self._client = None
+        self._stored: StoredSteps | None = None
         self._broken = False
 
     # MetricsLog calls these
-    def attach(self, resume_step: int | None) -> None:
+    def attach(self, resume_step: int | None, kept: list[dict]) -> None:
+        """A metrics file opened; `kept`: the records it keeps from an earlier attempt, offered
+        again because that attempt may have stopped before sending them (the run drops those it
+        holds)."""
         self.resume_step = resume_step
+        self._buffer = [(r["step"], {k: v for k, v in r.items() if k != "step"}) for r in kept]
 
     def record(self, step: int, metrics: dict) -> None:
         if not self.enabled or self._broken:
@@ -222,13 +234,15 @@ class StageRun:
             _warn(f"MLflow logging stopped ({type(e).__name__}: {e}); metrics.jsonl has everything")
 
     def flush(self, upto: int | None = None) -> None:
-        """Send buffered records with step <= upto (all when None)."""
+        """Send buffered records with step <= upto (all when None). They leave the buffer only
+        once the store has them: a signal arriving in between leaves them buffered, and the next
+        flush finds them in the run and sends nothing twice."""
         if self.run_id is None or not self._buffer:
             return
         ready = [(s, m) for s, m in self._buffer if upto is None or s <= upto]
         if not ready:
             return
-        log_metrics(self._client, self.run_id, ready)
+        log_metrics(self._client, self.run_id, ready, self._stored)
         self._buffer = [(s, m) for s, m in self._buffer if not (upto is None or s <= upto)]
 
     def _latest_checkpoint_step(self) -> int:
@@ -257,15 +271,19 @@ class StageRun:
                 if run is not None and run.info.lifecycle_stage == "active":
                     self.run_id = run.info.run_id
                     truncate_metrics(cl, self.run_id, self.resume_step)
+                    self._stored = StoredSteps(cl, self.run_id, fresh=False)
                     retry(cl.update_run, self.run_id, status="RUNNING")
                     set_tags(cl, self.run_id, {"resumed_at_step": str(self.resume_step)})
                     return
+        # a stage starting over where an earlier attempt left a run (one killed before its first
+        # checkpoint): that run is replaced, or the experiment would hold two runs of one seed
+        supersede(self.out_dir, self.tracking)
         exp_name = self.tracking.experiment
         exp_id = self.tracking.experiment_id()
         tags = run_tags(info, self.stage, self.tracking.tags)
         name = self.tracking.run_name or f"{self.stage}-{tags['algorithm']}-seed{tags['seed']}"
-        run = retry(cl.create_run, exp_id, tags=tags, run_name=name)
-        self.run_id = run.info.run_id
+        self.run_id = create_run(cl, exp_id, tags=tags, run_name=name)
+        self._stored = StoredSteps(cl, self.run_id, fresh=True)
         from gspo.io import write_json
 
         write_json(run_file, {"run_id": self.run_id, "experiment_id": exp_id,
@@ -279,8 +297,9 @@ class StageRun:
         status = status_for(exc)
         try:
             if self.run_id is None:
-                if status == "FINISHED" or not (self.out_dir / "run_info.json").is_file():
-                    return  # nothing was recorded and nothing went wrong, or nothing began
+                if (not (self.out_dir / "run_info.json").is_file()
+                        or (status == "FINISHED" and not self._buffer)):
+                    return  # nothing began, or nothing was recorded and nothing went wrong
                 self._ensure_run()
             if status == "FINISHED":
                 self.flush()
@@ -381,7 +400,7 @@ def _log_eval_run(cl, exp: str, tags: dict, point: EvalPoint, bench: str, summar
     if cfg.get("protocol"):      # a named evaluation protocol (e.g. the paper's), for filtering
         tags["protocol"] = cfg["protocol"]
     name = f"eval-{tags['variant']}-seed{tags['seed']}-b{point.budget}-{bench}"
-    rid = retry(cl.create_run, exp, tags=tags, run_name=name).info.run_id
+    rid = create_run(cl, exp, tags=tags, run_name=name)
     log_params(cl, rid, flatten(cfg))
     log_metrics(cl, rid, [(point.step, {**eval_metrics(bench, summary, ""),
                                         "compute_flops": point.compute_flops,

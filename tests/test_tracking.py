@@ -255,3 +255,222 @@ def test_a_stop_signal_during_a_checkpoint_write_takes_effect_after_it():
     assert done == ["written"] and e.value.code == 128 + signal.SIGTERM
     with signals_deferred():           # nothing received: nothing re-sent
         pass
+
+
+# -- exactly once: each window where a point could be sent twice (or never), forced ------------
+
+LOCKED = "(sqlite3.OperationalError) database is locked"
+
+
+class FaultyStore:
+    """A real MlflowClient on a sqlite store whose writes are cut at a chosen moment: `after`
+    runs once the store has committed a metrics batch (raise "locked", send a signal, kill the
+    process), the first `times` times. Everything else is the real client's."""
+
+    def __init__(self, uri: str, *, after, times: int = 1, creates: int = 0):
+        from mlflow.tracking import MlflowClient
+
+        self.real, self.after, self.left, self.creates = MlflowClient(tracking_uri=uri), after, times, creates
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        self.real.log_batch(run_id, metrics=metrics, params=params, tags=tags)
+        if metrics and self.left:
+            self.left -= 1
+            self.after()
+
+    def create_run(self, *a, **kw):
+        run = self.real.create_run(*a, **kw)
+        if self.creates:
+            self.creates -= 1
+            raise _locked()
+        return run
+
+
+def _locked():
+    from mlflow.exceptions import MlflowException
+
+    return MlflowException(LOCKED)
+
+
+def _raise_locked():
+    raise _locked()
+
+
+def _stage_with(monkeypatch, tmp_path, store: FaultyStore):
+    """A tracked stage in tmp_path/out whose MLflow client is `store`; its run_info.json holds a
+    config so that the stage logs params too."""
+    from gspo import tracking
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run_info.json").write_text(json.dumps({"config": {"lr": 0.1, "steps": 5}, "seed": 0}))
+    monkeypatch.setattr(tracking, "client", lambda uri: store)
+    return out, tracking.Tracking(uri=f"sqlite:///{tmp_path / 'db.sqlite'}", experiment="e")
+
+
+def _points(db, run_id, path) -> tuple[list, list]:
+    """(MLflow's history of x, the metrics file's) as [(step, value)]."""
+    return _history(db, run_id, "x"), [(r["step"], r["x"]) for r in read_metrics(path)]
+
+
+def test_a_blind_retry_of_a_batch_the_store_committed_doubles_it(tmp_path):
+    # the window is real: what mlflow_store.retry did with log_batch before StoredSteps
+    from mlflow.entities import Metric
+
+    from gspo import tracking
+
+    db = tmp_path / "db.sqlite"
+    store = FaultyStore(f"sqlite:///{db}", after=_raise_locked)
+    rid = store.create_run(tracking.experiment_id(store.real, "e")).info.run_id
+    tracking.retry(store.log_batch, rid, metrics=[Metric("x", 1.0, 1, 1)])
+    tracking.retry(store.log_batch, rid, metrics=[Metric("x", 1.0, 2, 1)])  # a later timestamp
+    assert [s for s, _ in _history(db, rid, "x")] == [1, 1]
+
+
+def test_a_store_that_commits_then_reports_locked_gets_every_point_param_and_run_once(
+        tmp_path, monkeypatch):
+    from gspo.tracking import MetricsLog, stage_run
+
+    db = tmp_path / "db.sqlite"
+    store = FaultyStore(f"sqlite:///{db}", after=_raise_locked, times=5, creates=1)
+    out, tr = _stage_with(monkeypatch, tmp_path, store)
+    with stage_run("sft", out, tracking=tr):
+        log = MetricsLog(out / "metrics.jsonl")
+        for s in range(1, 6):
+            log.log(s, {"x": s / 10})
+    assert store.left == 0 and store.creates == 0           # every send hit the window
+    runs = store.real.search_runs([store.real.get_experiment_by_name("e").experiment_id])
+    assert len(runs) == 1                                    # the create was not repeated
+    run = runs[0]
+    hist, file_points = _points(db, run.info.run_id, out / "metrics.jsonl")
+    assert hist == file_points == [(s, s / 10) for s in range(1, 6)]
+    assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1", "steps": "5"}
+
+
+def test_params_already_logged_are_fine_when_equal_and_a_one_line_error_when_not(tmp_path):
+    from gspo import tracking
+
+    cl = _client(tmp_path / "db.sqlite")
+    rid = cl.create_run(tracking.experiment_id(cl, "e")).info.run_id
+    tracking.log_params(cl, rid, {"lr": "0.1", "steps": "5"})
+    tracking.log_params(cl, rid, {"lr": "0.1", "seed": "0"})
+    assert cl.get_run(rid).data.params == {"lr": "0.1", "steps": "5", "seed": "0"}
+    with pytest.raises(ValueError, match=r"param 'lr' is already '0.1', not '0.2'") as e:
+        tracking.log_params(cl, rid, {"lr": "0.2"})
+    assert "\n" not in str(e.value)
+
+
+def _sigterm():
+    os.kill(os.getpid(), signal.SIGTERM)     # the handler runs at the next bytecode: right here
+
+
+@pytest.mark.parametrize("where", ["inside the send, after the commit",
+                                   "between the send and the buffer update"])
+def test_a_sigterm_inside_flush_leaves_every_point_in_the_run_exactly_once(
+        tmp_path, monkeypatch, where):
+    from gspo import tracking
+    from gspo.tracking import MetricsLog, Terminated, stage_run
+
+    db = tmp_path / "db.sqlite"
+    store = FaultyStore(f"sqlite:///{db}", after=_sigterm, times=0)
+    out, tr = _stage_with(monkeypatch, tmp_path, store)
+    if where == "between the send and the buffer update":
+        sent, fired = tracking.log_metrics, []
+
+        def log_metrics(*a, **kw):
+            n = sent(*a, **kw)
+            if a[2][-1][0] == 3 and not fired:      # the first flush of step 3
+                fired.append(3)
+                _sigterm()
+            return n
+        monkeypatch.setattr(tracking, "log_metrics", log_metrics)
+    with pytest.raises(Terminated), stage_run("sft", out, tracking=tr):
+        log = MetricsLog(out / "metrics.jsonl")
+        for s in range(1, 6):
+            if s == 3 and where == "inside the send, after the commit":
+                store.left = 1
+            log.log(s, {"x": s / 10})
+            assert s < 3, "the signal did not stop the stage at step 3"
+    run_id = json.loads((out / "mlflow_run.json").read_text())["run_id"]
+    hist, file_points = _points(db, run_id, out / "metrics.jsonl")
+    assert hist == file_points == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert store.real.get_run(run_id).info.status == "KILLED"
+
+
+KILL_DRIVER = """
+import os, signal, sys
+from mlflow.tracking import MlflowClient
+
+real, when, sends = MlflowClient.log_batch, sys.argv[1], [0]
+
+def log_batch(self, run_id, metrics=(), params=(), tags=(), **kw):
+    if metrics:
+        sends[0] += 1
+    if metrics and sends[0] == 2 and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    out = real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+    if metrics and sends[0] == 2 and when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+
+MlflowClient.log_batch = log_batch
+from pipeline.train import main
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_9_during_a_send_then_a_resume_leaves_every_point_exactly_once(
+        tmp_path, tiny_model_dir, aime_prompts, when):
+    # checkpoints every 2 steps: the second send carries steps 3-4 (once checkpoint 4 covers
+    # them); the process dies just before or just after the store takes it
+    db = tmp_path / "mlflow.db"
+    cfg = _write_rl_config(tmp_path, tiny_model_dir, aime_prompts, steps=6, ckpt_every=2)
+    r = subprocess.run([sys.executable, "-c", KILL_DRIVER, when, "--config", str(cfg)], cwd=ROOT,
+                       env=_env(db), capture_output=True, text=True, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    out = tmp_path / "rl"
+    run = _run_of(out, db)
+    assert run.info.status == "RUNNING"
+    held = [s for s, _ in _history(db, run.info.run_id, "reward_mean")]
+    assert held == ([1, 2] if when == "before" else [1, 2, 3, 4])
+
+    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg)], cwd=ROOT,
+                       env=_env(db), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = _run_of(out, db)
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    assert again.data.tags["resumed_at_step"] == "4"
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [rec["step"] for rec in rows] == list(range(1, 7))
+    from gspo.tracking import numeric_metrics
+
+    keys = set(numeric_metrics({k: v for rec in rows for k, v in rec.items() if k != "step"}))
+    assert "reward_mean" in keys and len(keys) > 10
+    for key in sorted(keys):
+        want = [(rec["step"], float(rec[key])) for rec in rows if key in numeric_metrics(rec)]
+        got = _history(db, run.info.run_id, key)
+        assert [(s, v) for s, v in got if v == v] == [(s, v) for s, v in want if v == v], key
+        assert len(got) == len(want), key
+
+
+def test_a_stage_starting_over_replaces_the_run_its_earlier_attempt_left(tmp_path):
+    # an RL job killed before its first checkpoint starts from scratch: one run of it remains
+    from gspo.tracking import MetricsLog, Tracking, stage_run, stage_runs
+
+    db = tmp_path / "db.sqlite"
+    tr = Tracking(uri=f"sqlite:///{db}", experiment="e")
+    (tmp_path / "run_info.json").write_text(json.dumps({"config": {"lr": 0.1}, "seed": 0}))
+    ids = []
+    for attempt in range(2):
+        with stage_run("rl", tmp_path, tracking=tr):
+            MetricsLog(tmp_path / "metrics.jsonl").log(1, {"x": float(attempt)})
+        ids.append(json.loads((tmp_path / "mlflow_run.json").read_text())["run_id"])
+    cl = _client(db)
+    live = stage_runs(cl, cl.get_experiment_by_name("e").experiment_id, "rl")
+    assert ids[0] != ids[1] and [r.info.run_id for r in live] == [ids[1]]
+    assert _history(db, ids[1], "x") == [(1, 1.0)]
