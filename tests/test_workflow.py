@@ -12,8 +12,10 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -290,31 +292,73 @@ def test_changing_one_variants_settings_reruns_that_variant_alone(smoke, tmp_pat
 
 
 @pytest.mark.slow
-def test_an_interrupted_rl_run_resumes_from_its_last_checkpoint_in_the_same_mlflow_run(smoke):
-    # Run b (its determinism was checked already), put back in the state an RL job stopped
-    # after step 2 leaves: its checkpoint at step 2 and its metrics, no summary.json, no later
-    # checkpoint, and nothing downstream of it made yet.
+def test_an_rl_job_killed_by_sigkill_resumes_in_the_same_mlflow_run_with_every_point_once(smoke):
+    # Run b (its determinism was checked already): its gspo seed0 job runs again from scratch
+    # and is killed with -9 (snakemake and its job) once its step-2 checkpoint is written; the
+    # workflow run again resumes it from that checkpoint.
+    from gspo.tracking import numeric_metrics
+
     _, b = smoke
     base = exp_dir(b)
     run_dir = base / "rl" / "gspo" / "seed0"
     before = (run_dir / "metrics.jsonl").read_text()
-    run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    first_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
     (run_dir / "summary.json").unlink()
-    shutil.rmtree(run_dir / "checkpoints" / "step_000004")
+    shutil.rmtree(run_dir / "checkpoints")
     for d in (base / "eval" / "gspo" / "seed0", base / "aggregate", base / "report"):
         shutil.rmtree(d)
-    r = snakemake(b, "--cores", "2")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GSPO_MLFLOW"))}
+    cmd = SNAKEMAKE + ["-d", str(b), "--workflow-profile", str(ROOT / "profiles" / "default"),
+                       "--configfile", str(SMOKE), "--cores", "1",
+                       str(run_dir.relative_to(b) / "summary.json")]
+    with open(b / "killed.log", "w") as log:
+        proc = subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": "1"}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 300
+    while not (run_dir / "checkpoints" / "step_000002").is_dir():
+        assert proc.poll() is None, (b / "killed.log").read_text()[-3000:]
+        assert time.time() < deadline, "no step-2 checkpoint within 5 minutes"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "checkpoints" / "step_000004").exists(), "killed too late"
+    killed_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    cl = mlflow_client(b)
+    assert cl.get_run(killed_id).info.status == "RUNNING"          # nobody could close it
+    assert cl.get_run(first_id).info.lifecycle_stage == "deleted"  # started over: replaced
+
+    snakemake(b, "--unlock")
+    r = snakemake(b, "--cores", "2", "--rerun-incomplete")
     assert "resuming from the latest checkpoint" in (exp_dir(b) / "logs" / "rl" / "gspo-seed0.log").read_text()
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["resumed_from"].endswith("step_000002")
     after = (run_dir / "metrics.jsonl").read_text()
     strip = [_strip(json.loads(x)) for x in before.splitlines()]
     assert [_strip(json.loads(x)) for x in after.splitlines()] == strip
-    assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == run_id
-    cl = mlflow_client(b)
-    run = cl.get_run(run_id)
+    assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == killed_id
+    run = cl.get_run(killed_id)
     assert run.info.status == "FINISHED" and run.data.tags["resumed_at_step"] == "2"
-    assert sorted(m.step for m in cl.get_metric_history(run_id, "reward_mean")) == [1, 2, 3, 4]
+    exp = cl.get_experiment_by_name("smoke").experiment_id
+    live = cl.search_runs([exp], "tags.stage = 'rl' and tags.variant = 'gspo' and tags.seed = '0'")
+    assert [x.info.run_id for x in live] == [killed_id]
+    # MLflow holds every training metric exactly as metrics.jsonl does, step for step
+    rows = [json.loads(x) for x in after.splitlines()]
+    keys = set(numeric_metrics({k: v for rec in rows for k, v in rec.items() if k != "step"}))
+    assert "reward_mean" in keys and "clip_frac_tokens" in keys
+    for key in sorted(keys):
+        want = [(rec["step"], float(rec[key])) for rec in rows if key in numeric_metrics(rec)]
+        got = sorted((m.step, m.value) for m in cl.get_metric_history(killed_id, key))
+        if key == "compute_flops":      # the evaluations add the SFT model's point: no compute
+            assert got[0] == (0, 0.0)
+            got = got[1:]
+        assert len(got) == len(want) and [(s, v) for s, v in got if v == v] == \
+            [(s, v) for s, v in want if v == v], key
+    # its evaluations, recorded again, replaced the earlier ones: one eval run per budget and
+    # benchmark, one score per checkpoint step in the training run
+    evals = cl.search_runs([exp], "tags.stage = 'eval' and tags.variant = 'gspo' and tags.seed = '0'")
+    assert sorted((e.data.tags["budget"], e.data.tags["benchmark"]) for e in evals) == sorted(
+        (str(bu), be) for bu in (0, 50, 100) for be in ("aime", "cf", "lcb"))
+    assert sorted(m.step for m in cl.get_metric_history(killed_id, "eval/aime/pass_at_1")) == [0, 2, 4]
     # only that run's RL job and what depends on it ran again
     assert "rule sft:" not in r.stdout + r.stderr and "rule data:" not in r.stdout + r.stderr
 
