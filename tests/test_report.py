@@ -68,19 +68,22 @@ def _run(variant, algorithm, seed, *, baseline="", replay=False, steps=10, step_
             "params": params}
 
 
-def _row(variant, algorithm, problems):
-    return {"variant": variant, "algorithm": algorithm, "benchmark": "aime", "seeds": 2,
+def _row(variant, algorithm, problems, seeds=(0, 1)):
+    """A final_scores row whose runs (`seeds`) all scored `problems` alike."""
+    return {"variant": variant, "algorithm": algorithm, "benchmark": "aime", "seeds": len(seeds),
             "pass_at_1": sum(problems.values()) / len(problems), "ci_low": 0.0, "ci_high": 1.0,
-            "_problems": problems}
+            "_runs": [(s, problems) for s in seeds]}
 
 
 def test_a_paired_difference_is_taken_on_the_problems_both_sides_scored():
-    a = {"_problems": {"p1": 1.0, "p2": 0.5, "p3": 0.0}}
-    b = {"_problems": {"p1": 0.5, "p2": 0.5, "p4": 1.0}}
+    a = {"_runs": [(0, {"p1": 1.0, "p2": 0.5, "p3": 0.0})]}
+    b = {"_runs": [(0, {"p1": 0.5, "p2": 0.5, "p4": 1.0})]}
     d = paired_diff(a, b, iters=200, confidence=0.95)
     assert d["n_problems"] == 2 and d["diff"] == pytest.approx(0.25)
     assert d["diff_ci_low"] <= 0.25 <= d["diff_ci_high"]
-    assert paired_diff(a, {"_problems": {}}, iters=200, confidence=0.95) == {}
+    # one run: its run-to-run variance is unknown, not zero
+    assert d["paired"] and d["runs"] == 1 and d["var_share_runs"] is None
+    assert paired_diff(a, {"_runs": []}, iters=200, confidence=0.95) == {}
 
 
 def test_a_variant_is_compared_with_its_baseline_on_score_step_time_and_logprob_gap():

@@ -1,6 +1,9 @@
 """The report's numbers: smoothing and the collapse rule, curves over seeds, final scores with
-bootstrap intervals, paired differences, run stability, variants against their baselines and the
-mixture-of-experts ablation. Plain data in, plain data out (no figures, no HTML, no MLflow)."""
+intervals over training runs and problems, paired differences, run stability, variants against
+their baselines and the mixture-of-experts ablation. Plain data in, plain data out (no figures,
+no HTML, no MLflow). Every interval about an algorithm is pipeline.report.resample's two-level
+bootstrap (seeds, then problems); each row keeps its runs' own numbers (per_seed, per_seed_diff)
+and how much of its variance is run-to-run (var_share_runs)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import math
 import statistics
 
 from evaluators.tasks import BENCHMARKS
+from pipeline.report import resample
 from pipeline.report.verdicts import moe_verdict
 
 
@@ -79,42 +83,79 @@ def mean_clip(runs, key: str = "clip_frac_tokens") -> float | None:
     return statistics.mean(vals) if vals else None
 
 
-def paired_diff(row: dict, base: dict, *, iters: int, confidence: float) -> dict:
-    """Mean per-problem difference row - base on the problems both scored, with a bootstrap
-    interval; {} when either lacks per-problem scores."""
-    from evaluators.metrics import bootstrap_ci
+def _split(ci: dict) -> dict:
+    """The variance split of an interval (pipeline.report.resample.variance_split) as row
+    fields; infinite degrees of freedom (nothing varies between runs) as None."""
+    dof = ci["dof"]
+    return {"var_runs": ci["var_runs"], "var_problems": ci["var_problems"],
+            "var_share_runs": ci["var_share_runs"], "dof": None if math.isinf(dof) else dof}
 
-    ids = sorted(set(row.get("_problems") or {}) & set(base.get("_problems") or {}))
+
+def paired_diff(row: dict, base: dict, *, iters: int, confidence: float) -> dict:
+    """Mean difference row - base on the problems every run of both scored, with the two-level
+    bootstrap interval over training runs and problems (pipeline.report.resample): paired by
+    seed when both have the same seeds (and are not the SFT model), else each side's seeds drawn
+    on their own; one problem draw for both. {} when either lacks per-problem scores.
+
+    Also: n_problems; runs (the fewest runs of a side that is not the SFT model, None when both
+    are); paired; per_seed_diff (the per-seed differences, paired or against a one-run side,
+    else None) and the variance split (var_runs, var_problems, var_share_runs, dof)."""
+    ra, rb = row.get("_runs") or [], base.get("_runs") or []
+    ids = sorted(set.intersection(*[set(p) for _, p in ra + rb])) if ra and rb else []
     if not ids:
         return {}
-    d = [row["_problems"][i] - base["_problems"][i] for i in ids]
-    lo, hi = bootstrap_ci(d, iters=iters, confidence=confidence, seed=0)
-    return {"diff": statistics.mean(d), "diff_ci_low": lo, "diff_ci_high": hi,
-            "n_problems": len(ids)}
+    xa, xb = resample.run_matrix(ra, ids), resample.run_matrix(rb, ids)
+    fa, fb = bool(row.get("_fixed")), bool(base.get("_fixed"))
+    # same seeds from the same SFT checkpoint: seed s of one against seed s of the other
+    paired = not fa and not fb and [s for s, _ in ra] == [s for s, _ in rb]
+    arms = ([resample.Arm(1.0, xa - xb)] if paired else
+            [resample.Arm(1.0, xa, fa), resample.Arm(-1.0, xb, fb)])
+    ci = resample.interval(arms, iters=iters, confidence=confidence, bounds=(-1.0, 1.0))
+    if paired:
+        per_seed = (xa - xb).mean(axis=1)
+    elif len(rb) == 1 or len(ra) == 1:
+        per_seed = xa.mean(axis=1) - xb.mean(axis=1)      # broadcasts against the one run
+    else:
+        per_seed = None
+    sides = [len(r) for r, f in ((ra, fa), (rb, fb)) if not f]
+    return {"diff": ci["estimate"], "diff_ci_low": ci["ci_low"], "diff_ci_high": ci["ci_high"],
+            "n_problems": len(ids), "runs": min(sides) if sides else None, "paired": paired,
+            "per_seed_diff": per_seed.tolist() if per_seed is not None else None, **_split(ci)}
 
 
-def _score_row(es: list[dict], *, iters: int, confidence: float) -> dict:
+def _score_row(es: list[dict], *, iters: int, confidence: float, fixed: bool = False) -> dict:
     """pass@1 of one variant on one benchmark over its seeds' eval runs `es` (seed order): the
-    mean with a bootstrap interval over problems (each problem averaged over seeds), or, without
-    per-problem artifacts, the mean of the seeds' own intervals."""
-    from evaluators.metrics import bootstrap_ci
+    mean over runs and problems with the two-level bootstrap interval over training runs and
+    problems (pipeline.report.resample) and its variance split; `fixed` for the SFT model, one
+    run by design (its evaluations averaged, no seed variance). Without per-problem artifacts,
+    the mean of the runs' own intervals (over problems only; var_share_runs None).
 
+    `per_seed` keeps each run's own pass@1 (seed order, `seed_ids`); the private `_runs`
+    [(seed, {problem: score})] and `_fixed` feed paired_diff."""
     per_seed = [e["pass_at_1"] for e in es]
     probs = [e.get("problems") or {} for e in es]
     common = sorted(set.intersection(*[set(p) for p in probs])) if all(probs) else []
+    runs = [(e["seed"], p) for e, p in zip(es, probs)]
+    if common and fixed:
+        runs = [("sft", {i: statistics.mean(p[i] for p in probs) for i in common})]
     if common:
-        per_problem = [statistics.mean(p[i] for p in probs) for i in common]
-        lo, hi = bootstrap_ci(per_problem, iters=iters, confidence=confidence, seed=0)
-        mean = statistics.mean(per_problem)
+        x = resample.run_matrix(runs, common)
+        ci = resample.interval([resample.Arm(1.0, x, fixed)], iters=iters,
+                               confidence=confidence, bounds=(0.0, 1.0))
+        mean, lo, hi, split = ci["estimate"], ci["ci_low"], ci["ci_high"], _split(ci)
+        per_problem = x.mean(axis=0).tolist()
     else:
         mean = statistics.mean(per_seed)
         lo = statistics.mean(e["ci_low"] for e in es)
         hi = statistics.mean(e["ci_high"] for e in es)
+        split = {"var_runs": None, "var_problems": None, "var_share_runs": None, "dof": None}
+        per_problem = []
     return {"step": es[0]["step"], "seeds": len(es), "pass_at_1": mean, "ci_low": lo,
             "ci_high": hi, "seed_min": min(per_seed), "seed_max": max(per_seed),
-            "per_seed": per_seed, "n_problems": len(common) or es[0].get("n_problems"),
-            **elo(es, common, per_problem if common else [], confidence=confidence),
-            "_problems": dict(zip(common, per_problem)) if common else {}}
+            "per_seed": per_seed, "seed_ids": [e["seed"] for e in es],
+            "n_problems": len(common) or es[0].get("n_problems"), **split,
+            **elo(es, common, per_problem, confidence=confidence),
+            "_runs": runs if common else [], "_fixed": fixed}
 
 
 def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: float) -> dict:
@@ -134,8 +175,9 @@ def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: floa
 
 
 def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
-    """Per variant (and the SFT model) and benchmark: pass@1 at the largest budget, with the
-    paired difference to the SFT model (vs_sft) on the problems both scored."""
+    """Per variant (and the SFT model) and benchmark: pass@1 at the largest budget (_score_row),
+    with the difference to the SFT model (vs_sft, its interval, vs_sft_per_seed and
+    vs_sft_var_share_runs; paired_diff) on the problems both scored."""
     evals = data["evals"]
     last_budget = max((e["budget"] for e in evals if e["variant"] != "sft"), default=None)
     algorithm_of = {e["variant"]: e["algorithm"] for e in evals}
@@ -151,14 +193,16 @@ def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
                 continue
             row = {"variant": var, "algorithm": algorithm_of.get(var, var), "benchmark": bench,
                    "budget": 0 if var == "sft" else last_budget,
-                   **_score_row(es, iters=iters, confidence=confidence)}
+                   **_score_row(es, iters=iters, confidence=confidence, fixed=var == "sft")}
             if var == "sft":
                 base[bench] = row
             elif bench in base:
                 d = paired_diff(row, base[bench], iters=iters, confidence=confidence)
                 if d:
                     row.update(vs_sft=d["diff"], vs_sft_ci_low=d["diff_ci_low"],
-                               vs_sft_ci_high=d["diff_ci_high"])
+                               vs_sft_ci_high=d["diff_ci_high"],
+                               vs_sft_per_seed=d["per_seed_diff"],
+                               vs_sft_var_share_runs=d["var_share_runs"])
             rows.append(row)
     return rows
 
@@ -270,7 +314,8 @@ def _moe_row(var: str, runs, stab: list[dict], fin: dict, bench: str | None) -> 
         "routing_cache_mb": (mean_of(runs, "moe/routing_cache_bytes") or 0) / 2**20,
         "collapsed": sum(x["collapsed"] for x in stab if x["variant"] == var),
         "benchmark": bench, "pass_at_1": fin.get("pass_at_1"), "ci_low": fin.get("ci_low"),
-        "ci_high": fin.get("ci_high"), "vs_sft": fin.get("vs_sft"),
+        "ci_high": fin.get("ci_high"), "per_seed": fin.get("per_seed"),
+        "var_share_runs": fin.get("var_share_runs"), "vs_sft": fin.get("vs_sft"),
         "vs_sft_ci_low": fin.get("vs_sft_ci_low"), "vs_sft_ci_high": fin.get("vs_sft_ci_high")}
 
 
