@@ -68,7 +68,10 @@ def _run(variant, algorithm, seed, *, baseline="", replay=False, steps=10, step_
             "params": params}
 
 
-def _row(variant, algorithm, problems, seeds=(0, 1)):
+SEEDS = (0, 1, 2)      # resample.MIN_RUNS: fewer training runs give no verdict about an algorithm
+
+
+def _row(variant, algorithm, problems, seeds=SEEDS):
     """A final_scores row whose runs (`seeds`) all scored `problems` alike."""
     return {"variant": variant, "algorithm": algorithm, "benchmark": "aime", "seeds": len(seeds),
             "pass_at_1": sum(problems.values()) / len(problems), "ci_low": 0.0, "ci_high": 1.0,
@@ -108,9 +111,9 @@ def test_plain_algorithms_are_not_compared_with_anything():
     assert variant_comparisons({"rl": runs}, table, iters=100, confidence=0.95) == []
 
 
-def _moe_runs(grpo_reward_tail):
+def _moe_runs(grpo_reward_tail, seeds=SEEDS):
     runs = []
-    for seed in (0, 1):
+    for seed in seeds:
         r = _run("grpo", "grpo", seed, vol=0.02, steps=20)
         r["train"]["reward_mean"] = [(s, 0.4 if s <= 10 else grpo_reward_tail) for s in range(1, 21)]
         runs += [r, _run("grpo-replay", "grpo", seed, baseline="grpo", replay=True, vol=0.01, steps=20),
@@ -139,13 +142,13 @@ def test_the_moe_verdict_says_plainly_when_the_paper_s_effect_is_not_reproduced(
     assert rows["grpo"]["volatility"] == pytest.approx(0.02)
     assert {p["comparison"] for p in moe["pairs"]} >= {"GRPO without vs with Routing Replay",
                                                         "GSPO vs GRPO, both without replay"}
-    assert "NOT reproduced" in moe["verdict"] and "Collapsed runs: grpo 0/2" in moe["verdict"]
+    assert "NOT reproduced" in moe["verdict"] and "Collapsed runs: grpo 0/3" in moe["verdict"]
 
 
 def test_the_moe_verdict_agrees_with_the_paper_when_only_grpo_without_replay_collapses():
     moe = _moe_ablation(grpo_reward_tail=0.01)
     assert {r["variant"]: r["collapsed"] for r in moe["rows"]} == {
-        "grpo": 2, "grpo-replay": 0, "gspo": 0, "gspo-replay": 0}
+        "grpo": 3, "grpo-replay": 0, "gspo": 0, "gspo-replay": 0}
     assert "consistent with the paper" in moe["verdict"]
 
 
@@ -163,7 +166,7 @@ def test_the_engine_routing_replay_variant_is_labelled_and_compared_with_plain_g
     from pipeline.report import stability
 
     runs = _moe_runs(0.4) + [_run("grpo-engine", "grpo", s, baseline="grpo", replay="engine",
-                                  vol=0.01, steps=20) for s in (0, 1)]
+                                  vol=0.01, steps=20) for s in SEEDS]
     same = {f"p{i}": 0.5 for i in range(20)}
     table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
                                            ("gspo", "gspo"), ("gspo-replay", "gspo"),
@@ -337,10 +340,11 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
 # The claims table
 
 def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0.2,
-                   grpo_clip=0.002, gspo_flops=1.0, cf_offset=None):
-    """A report of GRPO and GSPO (2 seeds) on n AIME problems: GSPO's per-problem score is
-    GRPO's + gspo_offset + a fixed zero-mean scatter of size `noise`; GRPO's reward falls to
-    `grpo_tail` (from 0.4) in its last half; clip fractions and GSPO's compute as given."""
+                   grpo_clip=0.002, gspo_flops=1.0, cf_offset=None, seeds=SEEDS, seed_shift=0.0):
+    """A report of GRPO and GSPO (`seeds`) on n AIME problems: GSPO's per-problem score is
+    GRPO's + gspo_offset + a fixed zero-mean scatter of size `noise` (+ seed_shift x the seed's
+    position, a run-to-run difference); GRPO's reward falls to `grpo_tail` (from 0.4) in its last
+    half; clip fractions and GSPO's compute as given."""
     from pipeline.report import model
 
     base = [0.3 + 0.2 * ((i % 5) - 2) / 2 for i in range(n)]
@@ -348,15 +352,16 @@ def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0
     evals = []
     offsets = {"aime": gspo_offset, **({"cf": cf_offset} if cf_offset is not None else {})}
     for bench, offset in offsets.items():
-        for s in (0, 1):
+        for k, s in enumerate(seeds):
+            shift = seed_shift * k
             for var, budget, add in (("sft", 0, [0.0] * n), ("grpo", 100, [0.0] * n),
-                                     ("gspo", 100, [offset + e for e in scatter])):
+                                     ("gspo", 100, [offset + shift + e for e in scatter])):
                 probs = {f"p{i}": base[i] + add[i] for i in range(n)}
                 evals.append({"variant": var, "algorithm": var, "seed": s, "budget": budget,
                               "step": budget // 5, "benchmark": bench, "compute_flops": 1e10,
                               "pass_at_1": sum(probs.values()) / n, "problems": probs})
     runs = []
-    for s in (0, 1):
+    for s in seeds:
         for var, clip, flops in (("grpo", grpo_clip, 1.0), ("gspo", gspo_clip, gspo_flops)):
             run = dict(_run(var, var, s, steps=20), tags={})
             run["train"]["clip_frac_tokens"] = [(st, clip) for st in range(1, 21)]
@@ -408,7 +413,7 @@ def test_equal_clipping_or_unmatched_compute_cannot_reproduce_the_claims():
 def test_the_stability_claim_needs_grpo_to_collapse_where_gspo_does_not():
     report = _claims_report(0.0, grpo_tail=0.05)
     row = {c["key"]: c for c in report.claims}["stability"]
-    assert row["verdict"] == "reproduced" and "GRPO collapsed 2/2" in row["measured"]
+    assert row["verdict"] == "reproduced" and "GRPO collapsed 3/3" in row["measured"]
 
 
 def test_the_claims_come_first_on_the_page_and_in_summary_json_with_links(tmp_path):

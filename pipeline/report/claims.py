@@ -1,10 +1,14 @@
 """The paper's claims, one row each, with what this experiment measured and a verdict no stronger
-than its intervals allow: "reproduced", "not reproduced", "inconclusive at this sample size" or
-"not measured here" (with where it is measured).
+than its intervals allow: "reproduced", "not reproduced", "inconclusive at this sample size",
+"too few training runs" or "not measured here" (with where it is measured).
 
 The rows compare the variants named `gspo` and `grpo` (the plain algorithms) at the final budget
-on every evaluated benchmark, each with the paired bootstrap interval over problems of
-pipeline.report.stats.paired_diff:
+on every evaluated benchmark, each with the interval over training runs and problems of
+pipeline.report.stats.paired_diff (paired by seed; pipeline.report.resample). A verdict is about
+the algorithm, so every claim measured here reads "too few training runs" when a compared
+variant has fewer than resample.MIN_RUNS runs (there the interval cannot measure the run-to-run
+variance, and another machine's rounding, in effect another seed, could flip the verdict); the
+measured numbers are still shown. The rules, given enough runs:
 
 (a) clipping vs learning: GSPO clips many more tokens (ratio of mean clipped-token fractions,
     GSPO/GRPO, > 1 in every seed) and learns at least as well: reproduced when every
@@ -15,12 +19,13 @@ pipeline.report.stats.paired_diff:
     interval lies above 0 and none below, not reproduced when some lies below 0 and none above,
     else (mixed, or every interval around 0) inconclusive;
 (c) stability: collapsed runs (the report's collapse rule) and the drop from the best to the
-    final smoothed reward, per algorithm; reproduced when GRPO collapses in some runs and GSPO in
-    none, not reproduced when GSPO collapses at least as often as GRPO and does so at all,
+    final smoothed reward, per algorithm; reproduced when GRPO collapses in some runs and GSPO
+    in none, not reproduced when GSPO collapses at least as often as GRPO and does so at all,
     otherwise inconclusive (no run collapsed: nothing to tell apart);
-(d) MoE without Routing Replay, (e) engine likelihoods: from this experiment's MoE ablation or
-    engine-likelihood variants when it has them, else "not measured here", naming the experiment
-    (config/moe.yaml, config/precision.yaml) and linking its report when it has been built.
+(d) MoE without Routing Replay, (e) engine likelihoods: from this experiment's MoE ablation
+    (pipeline.report.verdicts, under the same MIN_RUNS) or engine-likelihood variants when it
+    has them, else "not measured here", naming the experiment (config/moe.yaml,
+    config/precision.yaml) and linking its report when it has been built.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import statistics
 
 from pipeline.report import stats
+from pipeline.report.resample import MIN_RUNS, TOO_FEW_RUNS
 
 NONINFERIORITY = 0.03       # pass@1: "at least as well" tolerates a loss this small
 COMPUTE_TOLERANCE = 0.10    # relative FLOPs difference still counted as matched compute
@@ -48,6 +54,16 @@ def _interval(d: dict) -> str:
 def _row(key: str, measured: str, verdict: str, why: str, **extra) -> dict:
     return {"claim": CLAIMS[key], "key": key, "measured": measured, "verdict": verdict,
             "why": why, **extra}
+
+
+def _enough_runs(row: dict, runs: int | None) -> dict:
+    """`row`, or with too few training runs of an arm (fewer than MIN_RUNS) the verdict "too few
+    training runs" in place of its verdict; what was measured stays."""
+    if runs is None or runs >= MIN_RUNS or row["verdict"] == "not measured here":
+        return row
+    return {**row, "verdict": TOO_FEW_RUNS, "runs": runs,
+            "why": (f"{runs} training run(s) of a compared variant; a verdict about the algorithm "
+                    f"needs at least {MIN_RUNS} (fewer cannot measure the run-to-run variance)")}
 
 
 def _seed_clip_ratios(runs_a, runs_b) -> list[float]:
@@ -138,7 +154,7 @@ def stability(stab: list[dict]) -> dict:
         verdict = "inconclusive at this sample size"
         why = ("no run collapsed, so these runs cannot tell the two apart" if gc == rc == 0 else
                "both collapsed, GSPO less often: too few runs to tell")
-    return _row("stability", measured, verdict, why)
+    return _enough_runs(_row("stability", measured, verdict, why), min(gn, rn))
 
 
 def moe(report) -> dict:
@@ -150,6 +166,7 @@ def moe(report) -> dict:
     last = lines[-1] if lines else ""
     verdict = ("reproduced" if "consistent with the paper" in last.lower() else
                "not reproduced" if "not reproduced" in last.lower() else
+               TOO_FEW_RUNS if TOO_FEW_RUNS in last.lower() else
                "inconclusive at this sample size")
     return _row("moe", "; ".join(f"{p['variant']} - {p['against']} {_interval(p)}"
                                  for p in report.moe.get("pairs") or []) or "-",
@@ -174,7 +191,7 @@ def engine(report) -> dict:
     else:
         verdict, why = "inconclusive at this sample size", \
             f"the interval reaches below -{NONINFERIORITY}"
-    return _row("engine", measured, verdict, why)
+    return _enough_runs(_row("engine", measured, verdict, why), c.get("runs"))
 
 
 def claims(report) -> list[dict]:
@@ -190,9 +207,12 @@ def claims(report) -> list[dict]:
         if d:
             diffs[bench] = d
     both = "gspo" in groups and "grpo" in groups
+    # the fewest training runs behind a number of (a) and (b): each algorithm's, each interval's
+    runs = min([len(groups[a]) for a in ("gspo", "grpo") if a in groups]
+               + [d["runs"] for d in diffs.values() if d.get("runs") is not None], default=None)
     out = []
     for key, fn in (("clipping", clipping), ("compute", compute)):
-        out.append(fn(groups, diffs, conf) if both else
+        out.append(_enough_runs(fn(groups, diffs, conf), runs) if both else
                    _row(key, "-", "not measured here", "needs the variants gspo and grpo"))
     out += [stability(report.stability), moe(report), engine(report)]
     return out

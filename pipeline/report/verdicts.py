@@ -1,7 +1,11 @@
 """The mixture-of-experts ablation in words: the paper's claim, and a plain statement of what
-this experiment's numbers (pipeline.report.stats.moe_summary's rows and pairs) show against it."""
+this experiment's numbers (pipeline.report.stats.moe_summary's rows and pairs) show against it.
+Below pipeline.report.resample.MIN_RUNS training runs of some variant the verdict is "too few
+training runs": the intervals cannot measure the run-to-run variance there."""
 
 from __future__ import annotations
+
+from pipeline.report.resample import MIN_RUNS, TOO_FEW_RUNS
 
 MOE_CLAIM = ("The paper's claim: GRPO on a mixture-of-experts model needs Routing Replay to "
              "converge (about 10% of the experts a token activates change after one update in a "
@@ -15,7 +19,7 @@ def _context(rows: list[dict], confidence: float) -> list[str]:
     seeds = sorted({r["seeds"] for r in rows})
     vol = [r["volatility"] for r in rows if r["volatility"] is not None]
     lines = [f"Seeds per variant: {', '.join(map(str, seeds))}; intervals are {confidence:.0%} "
-             "bootstrap intervals over problems."]
+             "bootstrap intervals over training runs (seeds) and problems."]
     if vol:
         lines.append(f"Expert-activation volatility here: {min(vol):.1%} to {max(vol):.1%} of "
                      "(token, layer) top-k sets change per step (the paper: about 10% after one "
@@ -56,7 +60,12 @@ def _pair_lines(pairs: list[dict]) -> tuple[list[str], list[tuple[dict, str]]]:
 
 def _conclusion(rows: list[dict], sig: list[tuple[dict, str]]) -> str:
     """The verdict: consistent with the paper's claim, or not reproduced (and what would be
-    needed)."""
+    needed), or too few training runs to say."""
+    fewest = min(r["seeds"] for r in rows)
+    if fewest < MIN_RUNS:
+        return (f"Verdict: {TOO_FEW_RUNS} ({fewest} for some variant; a verdict needs at least "
+                f"{MIN_RUNS} per variant, fewer cannot measure the run-to-run variance): more "
+                "seeds are needed (config/moe.yaml `seeds`).")
     grpo_plain = [r for r in rows if r["algorithm"] == "grpo" and not r["routing_replay"]]
     others = [r for r in rows if r not in grpo_plain]
     grpo_collapses = sum(r["collapsed"] for r in grpo_plain)
