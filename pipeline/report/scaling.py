@@ -2,8 +2,12 @@
 score against training compute, R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), where R0 is the
 starting model's score, A the asymptote, B the efficiency exponent and C_mid the compute at half
 the gain. Fitted per variant and benchmark on the evaluation points (mean over seeds of the
-problems' scores at each budget; R0 = the SFT model's score), with bootstrap intervals that
-resample problems and seeds together.
+problems' scores at each budget; R0 = the SFT model's score), with intervals over training runs
+and problems: pipeline.report.resample's two-level bootstrap (each draw takes the seeds with
+replacement, then the problems, one problem draw for every budget and for R0; the budgets' compute
+stays at its mean over the seeds) and its few-run widening. Each parameter's variance is split
+into run-to-run (the draws' variance with problems fixed) and problem sampling (with seeds fixed);
+`<parameter>_var_share_runs` is the run-to-run share (c_mid on the log scale).
 
 The fit is least squares over a grid of (B, C_mid), with A in closed form at each grid point
 (the model is linear in A - R0 given B and C_mid): deterministic, no optimiser to stall, and the
@@ -16,10 +20,11 @@ not identified at this sample size.
 
 from __future__ import annotations
 
-import random
 import statistics
 
 import numpy as np
+
+from pipeline.report import resample
 
 MIN_POINTS = 4                    # budgets with compute > 0: three parameters and one to spare
 SCORE_RANGE = (0.0, 1.0)          # pass@1: the asymptote is fitted inside it
@@ -36,33 +41,49 @@ def curve_values(c, r0: float, a: float, b: float, c_mid: float):
 def fit(compute, scores, r0: float) -> dict:
     """Least-squares (A, B, C_mid) of R(C) through the points (compute > 0, scores), R0 fixed:
     {asymptote, efficiency, c_mid, sse}."""
+    f = fit_many(compute, np.asarray(scores, dtype=float)[None, :], np.array([r0]))
+    return {k: float(v[0]) for k, v in f.items()}
+
+
+def fit_many(compute, scores, r0, chunk: int = 64) -> dict:
+    """fit() of many score vectors at the same compute: `scores` (D, P), `r0` (D,); each key of
+    the result an array (D,). The grid search of every row at once (in chunks of `chunk` rows,
+    to bound memory)."""
     c = np.asarray(compute, dtype=float)                                    # (P,)
-    y = np.asarray(scores, dtype=float) - r0                                # (P,)
     c_mids = np.geomspace(c.min() / 10, c.max() * 10, C_STEPS)              # (M,)
     g = 1.0 / (1.0 + (c_mids[None, :, None] / c[None, None, :]) ** B_GRID[:, None, None])
-    # A - R0 = <g, y> / <g, g> for each (B, C_mid): g is (Bn, M, P)
-    gain = (g * y).sum(-1) / np.maximum((g * g).sum(-1), 1e-300)           # (Bn, M)
-    # pass@1 lies in [0, 1], so A does too; the loss is quadratic in A, so clipping the free
-    # optimum gives the constrained one at each grid point.
-    gain = np.clip(gain, SCORE_RANGE[0] - r0, SCORE_RANGE[1] - r0)
-    sse = ((gain[..., None] * g - y) ** 2).sum(-1)                          # (Bn, M)
-    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
-    return {"asymptote": float(r0 + gain[i, j]), "efficiency": float(B_GRID[i]),
-            "c_mid": float(c_mids[j]), "sse": float(sse[i, j])}
+    gg = np.maximum((g * g).sum(-1), 1e-300)                               # (Bn, M)
+    out = {k: np.empty(len(r0)) for k in ("asymptote", "efficiency", "c_mid", "sse")}
+    for lo in range(0, len(r0), chunk):
+        rr = np.asarray(r0[lo:lo + chunk], dtype=float)[:, None, None]     # (D, 1, 1)
+        y = scores[lo:lo + chunk] - rr[:, :, 0]                             # (D, P)
+        # A - R0 = <g, y> / <g, g> for each (B, C_mid): g is (Bn, M, P)
+        gain = np.einsum("nmp,dp->dnm", g, y) / gg                          # (D, Bn, M)
+        # pass@1 lies in [0, 1], so A does too; the loss is quadratic in A, so clipping the
+        # free optimum gives the constrained one at each grid point.
+        gain = np.clip(gain, SCORE_RANGE[0] - rr, SCORE_RANGE[1] - rr)
+        sse = ((gain[..., None] * g[None] - y[:, None, None, :]) ** 2).sum(-1)  # (D, Bn, M)
+        best = sse.reshape(len(y), -1).argmin(axis=1)
+        i, j = np.unravel_index(best, sse.shape[1:])
+        rows = np.arange(len(y))
+        out["asymptote"][lo:lo + chunk] = rr[:, 0, 0] + gain[rows, i, j]
+        out["efficiency"][lo:lo + chunk] = B_GRID[i]
+        out["c_mid"][lo:lo + chunk] = c_mids[j]
+        out["sse"][lo:lo + chunk] = sse[rows, i, j]
+    return out
 
 
-def _points(evals: list[dict], ids: list[str], seeds: list[int]) -> tuple[list, list]:
-    """(compute, score) per budget > 0: the mean over `seeds` (with repeats) of the mean over
-    `ids` (with repeats) of each problem's score, and the seeds' mean compute."""
+def _matrices(evals: list[dict], ids: list[str], seeds: list[int]) -> tuple:
+    """(compute (K,), scores (K, S, P)) at the K budgets > 0 every seed reached: each budget's
+    compute is the mean over the seeds (the design points: resampling moves scores, not
+    budgets), scores[k, s, i] seed s's score on problem ids[i]."""
     by = {(e["seed"], e["budget"]): e for e in evals}
-    out_c, out_y = [], []
-    for budget in sorted({e["budget"] for e in evals if e["budget"] > 0}):
-        es = [by[s, budget] for s in seeds if (s, budget) in by]
-        if len(es) != len(seeds):
-            continue
-        out_c.append(statistics.mean(e["compute_flops"] for e in es))
-        out_y.append(statistics.mean(statistics.mean(e["problems"][i] for i in ids) for e in es))
-    return out_c, out_y
+    budgets = [b for b in sorted({e["budget"] for e in evals if e["budget"] > 0})
+               if all((s, b) in by for s in seeds)]
+    comp = np.array([statistics.mean(by[s, b]["compute_flops"] for s in seeds) for b in budgets])
+    y = np.array([[[by[s, b]["problems"][i] for i in ids] for s in seeds] for b in budgets],
+                 dtype=float).reshape(len(budgets), len(seeds), len(ids))
+    return comp, y
 
 
 def _common_ids(evals: list[dict]) -> list[str]:
@@ -70,35 +91,65 @@ def _common_ids(evals: list[dict]) -> list[str]:
     return sorted(set.intersection(*sets)) if sets and all(sets) else []
 
 
+def _bootstrap(comp, y, r0_problems, *, iters: int, confidence: float) -> dict:
+    """The two-level bootstrap of the fit (pipeline.report.resample: seeds with replacement,
+    their deviations scaled for the few runs, one problem draw for every budget and for R0),
+    per parameter: the percentile interval widened by t_dof / z, and the variance split from
+    the same draws with problems fixed (var_runs) and with seeds fixed (var_problems)."""
+    k, s, p = y.shape
+    rng = np.random.default_rng(0)
+    v = resample._counts(rng, p, iters)                                   # (D, P)
+    w = resample._counts(rng, s, iters) if s > 1 else np.ones((iters, 1))  # (D, S)
+    yi = np.stack([resample.inflate(y[b]) for b in range(k)])             # (K, S, P)
+    fits = {}
+    for mode, ws, vs in (("both", w, v), ("runs", w, np.full_like(v, 1 / p)),
+                         ("problems", np.full_like(w, 1 / s), v)):
+        pts = np.einsum("ds,ksp,dp->dk", ws, yi, vs, optimize=True)
+        fits[mode] = fit_many(comp, pts, vs @ r0_problems)
+    alpha, out = (1 - confidence) / 2, {}
+    for name in ("asymptote", "efficiency", "c_mid"):
+        # c_mid spans decades: its interval and variance are taken on the log scale
+        tf = np.log if name == "c_mid" else (lambda a: a)
+        vr, vp = (float(np.var(tf(fits[m][name]))) for m in ("runs", "problems"))
+        parts = [(vr, s - 1), (vp, p - 1)]
+        denom = sum(a * a / d for a, d in parts if a > 0 and d > 0)
+        dof = (vr + vp) ** 2 / denom if denom > 0 else np.inf
+        out[name] = {"draws": tf(fits["both"][name]), "dof": dof,
+                     "share": vr / (vr + vp) if vr + vp > 0 else None}
+    return out
+
+
 def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: float) -> dict:
     """The fit of one variant on one benchmark: its eval records (budgets > 0, with compute and
-    per-problem scores) and the SFT model's (`base`, budget 0): {status, n_points, asymptote,
-    efficiency, c_mid, *_ci_low/high, fitted: [(compute, score) of the curve]}."""
+    per-problem scores) and the SFT model's (`base`, budget 0; one fixed run, its evaluations
+    averaged): {status, n_points, asymptote, efficiency, c_mid, *_ci_low/high,
+    *_var_share_runs, fitted: [(compute, score) of the curve]}."""
     evals = [e for e in evals if e["budget"] > 0 and e.get("compute_flops")]
     ids = _common_ids(evals + base)
     seeds = sorted({e["seed"] for e in evals})
-    c, y = _points(evals, ids, seeds) if ids else ([], [])
-    out = {"n_points": len(c), "seeds": len(seeds), "n_problems": len(ids)}
-    if len(c) < MIN_POINTS or not base:
-        return {**out, "status": f"too few points to fit ({len(c)} budgets above 0 with "
+    comp, y = _matrices(evals, ids, seeds) if ids else (np.zeros(0), np.zeros((0, 0, 0)))
+    out = {"n_points": len(comp), "seeds": len(seeds), "n_problems": len(ids)}
+    if len(comp) < MIN_POINTS or not base:
+        return {**out, "status": f"too few points to fit ({len(comp)} budgets above 0 with "
                                  f"per-problem scores; the fit needs {MIN_POINTS})"}
-    r0 = statistics.mean(statistics.mean(e["problems"][i] for i in ids) for e in base)
-    best = fit(c, y, r0)
-    rng = random.Random(0)
-    draws = {"asymptote": [], "efficiency": [], "c_mid": []}
-    for _ in range(iters):
-        rid = [rng.choice(ids) for _ in ids]
-        rseeds = [rng.choice(seeds) for _ in seeds]
-        bc, by = _points(evals, rid, rseeds)
-        br0 = statistics.mean(statistics.mean(e["problems"][i] for i in rid) for e in base)
-        f = fit(bc, by, br0)
-        for k in draws:
-            draws[k].append(f[k])
+    r0_problems = np.array([[e["problems"][i] for i in ids] for e in base]).mean(axis=0)
+    r0 = float(r0_problems.mean())
+    best = fit(comp, y.mean(axis=(1, 2)), r0)
+    boot = _bootstrap(comp, y, r0_problems, iters=iters, confidence=confidence)
     alpha = (1 - confidence) / 2
-    for k, v in draws.items():
-        lo, hi = np.quantile(v, [alpha, 1 - alpha])
+    ranges = {"asymptote": SCORE_RANGE, "efficiency": (B_GRID[0], B_GRID[-1]),
+              "c_mid": (-np.inf, np.inf)}
+    for k, b in boot.items():
+        est = np.log(best[k]) if k == "c_mid" else best[k]
+        q_lo, q_hi = np.quantile(b["draws"], [alpha, 1 - alpha])
+        wide = resample.widening(b["dof"], confidence)
+        lo = max(est - wide * (est - q_lo), ranges[k][0])
+        hi = min(est + wide * (q_hi - est), ranges[k][1])
+        if k == "c_mid":      # back from the log scale (exactly c_mid where the bound is it)
+            lo, hi = best[k] * np.exp(lo - est), best[k] * np.exp(hi - est)
         out[f"{k}_ci_low"], out[f"{k}_ci_high"] = float(lo), float(hi)
-    grid = np.geomspace(min(c), max(c), 50)
+        out[f"{k}_var_share_runs"] = b["share"]
+    grid = np.geomspace(comp.min(), comp.max(), 50)
     edge = 1e-6
     loose = [name for name, lo, hi, (a, b) in (
         ("asymptote", out["asymptote_ci_low"], out["asymptote_ci_high"], SCORE_RANGE),
