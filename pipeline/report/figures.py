@@ -73,6 +73,34 @@ def fig_score(report, path: pathlib.Path):
     _save(fig, path)
 
 
+def fig_final(report, path: pathlib.Path):
+    """Each benchmark's final pass@1 per variant (and the SFT model): the mean with its interval
+    over training runs and problems as a bar, and beside it one dot per run (seed), so the
+    run-to-run spread is seen, not only summarised."""
+    plt = _plt()
+    benches = list(dict.fromkeys(r["benchmark"] for r in report.table))
+    n = max(1, len(benches))
+    fig, axes = plt.subplots(1, n, figsize=(max(4.2, 1.1 * len(report.by_variant) + 2) * n, 3.4),
+                             squeeze=False)
+    for ax, bench in zip(axes[0], benches):
+        rows = [r for r in report.table if r["benchmark"] == bench]
+        for x, r in enumerate(rows):
+            color = style(r["variant"], report.by_variant.get(r["variant"], []))["color"] or "#555"
+            ax.errorbar([x], [r["pass_at_1"]], yerr=[[r["pass_at_1"] - r["ci_low"]],
+                                                     [r["ci_high"] - r["pass_at_1"]]],
+                        fmt="s", color=color, capsize=4, markersize=6)
+            seeds = r.get("per_seed") or []
+            # the runs beside the bar, spread a little so equal scores stay visible
+            xs = [x + 0.18 + 0.04 * (k - (len(seeds) - 1) / 2) for k in range(len(seeds))]
+            ax.plot(xs, seeds, "o", color=color, alpha=0.6, markersize=3.5, linestyle="none")
+        ax.set_xticks(range(len(rows)), [r["variant"] for r in rows], rotation=20)
+        ax.set_title(f"{TITLES.get(bench, bench)}\nbar: {report.settings['confidence']:.0%} "
+                     "interval over training runs and problems; dots: the runs", fontsize=8)
+        ax.set_ylabel("final pass@1")
+        ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+
+
 def fig_reward(report, path: pathlib.Path):
     """The smoothed training reward against compute, mean over seeds with the seed range."""
     plt = _plt()
@@ -149,9 +177,10 @@ def fig_moe(report, path: pathlib.Path):
 
 
 def draw(report, out: pathlib.Path):
-    """score_vs_compute.png, reward_vs_compute.png, clip_fraction.png and, for MoE experiments,
-    moe.png into `out`."""
+    """score_vs_compute.png, final_scores.png, reward_vs_compute.png, clip_fraction.png and, for
+    MoE experiments, moe.png into `out`."""
     fig_score(report, out / "score_vs_compute.png")
+    fig_final(report, out / "final_scores.png")
     fig_reward(report, out / "reward_vs_compute.png")
     fig_clip(report, out / "clip_fraction.png")
     if report.moe:

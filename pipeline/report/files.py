@@ -10,6 +10,7 @@ import pathlib
 from pipeline.report import html
 from pipeline.report.model import (FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS,
                                    VARIANT_COLS, Report)
+from pipeline.report.resample import MIN_RUNS
 
 
 def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
@@ -24,12 +25,17 @@ def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
 
 
 def headline(report: Report) -> dict:
-    """summary.json: the paper's claims with their verdicts, the final scores, clip fractions and their ratios, collapsed runs,
-    variant comparisons, the scaling-curve fits (asymptote, efficiency, c_mid), the MoE ablation
-    and the provenance."""
+    """summary.json: the paper's claims with their verdicts, how the intervals were made, the
+    final scores (each with its runs' own numbers and run-to-run share), clip fractions and their
+    ratios, collapsed runs, variant comparisons, the scaling-curve fits (asymptote, efficiency,
+    c_mid), the MoE ablation and the provenance."""
     prov = report.provenance
     return {"experiment": report.experiment, "tracking_uri": report.data["tracking_uri"],
             "experiment_id": report.data["experiment_id"], "claims": report.claims,
+            "intervals": {"over": "training runs (seeds) and problems",
+                          "method": "two-level bootstrap (pipeline.report.resample)",
+                          "confidence": report.settings["confidence"],
+                          "min_runs_for_a_verdict": MIN_RUNS},
             "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
                              for r in report.table],
             "clip_frac_tokens": report.clips, "clip_frac_tokens_offpolicy": report.clips_off,

@@ -7,7 +7,8 @@ from html import escape as esc
 
 from gspo.mlflow_store import ui_link
 
-from pipeline.report.model import FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS
+from pipeline.report.model import FIT_COLS, MOE_COLS, PAGE_TABLE_COLS, STABILITY_COLS
+from pipeline.report.resample import MIN_RUNS
 from pipeline.report.verdicts import MOE_CLAIM
 
 STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
@@ -24,7 +25,24 @@ def _fmt(v, digits=3):
         return "-"
     if isinstance(v, float):
         return f"{v:.{digits}f}"
+    if isinstance(v, list):               # per-run numbers (per_seed, per_seed_diff)
+        return ", ".join(_fmt(x, digits) for x in v)
     return esc(str(v))
+
+
+def intervals(report) -> str:
+    """What every interval about an algorithm is (pipeline.report.resample), in one paragraph."""
+    return (f"<p>Intervals are {report.settings['confidence']:.0%} intervals over training runs "
+            "and problems: a two-level bootstrap that draws the seeds (training runs) with "
+            "replacement, then the problems, one problem draw shared by both sides of a "
+            "difference; differences between variants with the same seeds are paired by seed, "
+            "the SFT model is one fixed run. With few runs the interval is widened by the "
+            "Student t factor of the run-to-run variance's degrees of freedom. "
+            "<code>var_share_runs</code> is the share of an interval's variance that is "
+            "run-to-run (the rest: which problems were drawn); <code>per_seed</code> / "
+            "<code>per_seed_diff</code> are the runs' own numbers. A verdict about an algorithm "
+            f"needs at least {MIN_RUNS} training runs per compared variant; with fewer it reads "
+            "<i>too few training runs</i>.</p>")
 
 
 def table(rows: list[dict], cols: list[str], digits: int = 3) -> str:
@@ -52,15 +70,17 @@ def _scores(report) -> list[str]:
         "<p>pass@1 = mean over samples and problems; curve = mean over seeds, band = lowest to "
         "highest seed. CodeForces Elo: the rating whose expected solves match the problems "
         "solved (a problem counts as solved when at least half its samples pass).</p>",
-        "<h2>Final scores</h2>",
-        "<p>pass@1 at the largest budget, mean over seeds, with a bootstrap interval over "
-        "problems (per-problem scores averaged over seeds); <code>vs_sft</code> is the paired "
-        "difference to the SFT model on the same problems.</p>",
+        "<h2>Final scores</h2><img src='final_scores.png'>",
+        "<p>pass@1 at the largest budget, mean over seeds and problems, with its interval over "
+        "training runs and problems (bars; the dots beside them are the runs, one per seed); "
+        "<code>vs_sft</code> is the difference to the SFT model on the same problems "
+        "(<code>vs_sft_var_share_runs</code>: its run-to-run share).</p>",
+        intervals(report),
         "<p>CodeForces rows also give the Elo of the problems solved at the final budget "
         "(scores averaged over seeds), with its likelihood-ratio interval and percentile among "
         "a reference distribution of human ratings (evaluators.codeforces; normal, mean 1400, "
         "sd 350: an approximation, not official data).</p>",
-        table(report.table, TABLE_COLS)]
+        table(report.table, PAGE_TABLE_COLS)]
 
 
 def _claims(report) -> list[str]:
@@ -76,9 +96,11 @@ def _claims(report) -> list[str]:
                     f"<td>{esc(c['why'])}{link}</td></tr>")
     return [
         "<h2>The paper's claims: what this run found</h2>",
-        f"<p>Intervals are {report.settings['confidence']:.0%} paired bootstrap intervals over "
-        f"problems at the final budget; \"at least as well\" allows a loss of at most "
-        f"{NONINFERIORITY} pass@1. A verdict is never stronger than its interval.</p>",
+        f"<p>Differences at the final budget, with {report.settings['confidence']:.0%} "
+        f"intervals over training runs and problems (paired by seed; see Final scores); "
+        f"\"at least as well\" allows a loss of at most {NONINFERIORITY} pass@1. A verdict is "
+        f"never stronger than its interval, and needs at least {MIN_RUNS} training runs of each "
+        "compared variant.</p>",
         "<div class='wide claims'><table><tr><th>claim</th><th>measured</th><th>verdict</th>"
         "<th>why</th></tr>" + "".join(rows) + "</table></div>"]
 
@@ -90,8 +112,11 @@ def _variants(comps: list[dict]) -> list[str]:
         "<h2>Variants against their baselines</h2>",
         "<p>Each variant (an algorithm run with other settings, e.g. the rollout engine's own "
         "log-probs in lower precision as old log-probs) against the run it is measured against: "
-        "<code>diff</code> = paired pass@1 difference at the final budget on the same problems "
-        "(per-problem scores averaged over seeds, bootstrap interval); step times are the median "
+        "<code>diff</code> = pass@1 difference at the final budget on the same problems, with "
+        "its interval over training runs and problems (paired by seed when both have the same "
+        "seeds; <code>runs</code>: the fewer runs of the two, <code>per_seed_diff</code>: each "
+        "seed's difference, <code>var_share_runs</code>: the run-to-run share); step times are "
+        "the median "
         "seconds per RL step (rollout + old-log-prob pass + updates), mean over seeds, with "
         "<code>step_time_saving</code> = 1 - variant / baseline. Runs that ran side by side on a "
         "shared machine make wall times noisy; the old-log-prob pass time and the compute ratio "
@@ -105,7 +130,8 @@ def _variants(comps: list[dict]) -> list[str]:
         "(compare the sequence gap with GSPO's clip band, 3e-4 / 4e-4).</p>",
         "<h3>Scores</h3>",
         table(comps, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
-                      "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "n_problems"]),
+                      "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "runs",
+                      "paired", "per_seed_diff", "var_share_runs", "n_problems"]),
         "<h3>Cost and likelihood gap</h3>",
         table(list({c["variant"]: c for c in comps}.values()),
               ["variant", "baseline", "step_s", "baseline_step_s", "step_time_saving",
@@ -124,7 +150,10 @@ def _fits(fits: list[dict]) -> list[str]:
         "pass@1 against RL training compute (Khatri et al. 2025): R0 is the SFT model's score, "
         "<code>asymptote</code> A the score the recipe tends to, <code>efficiency</code> B how "
         "fast it gets there, <code>c_mid</code> the compute at half the gain. Least squares on "
-        "the mean over seeds at each budget; intervals from a bootstrap over problems and seeds. "
+        "the mean over seeds at each budget; intervals over training runs and problems (the "
+        "two-level bootstrap of the final scores, one problem draw for every budget and R0; "
+        "<code>*_var_share_runs</code>: each parameter's run-to-run share, c_mid's on the log "
+        "scale). "
         "Fewer than four budgets above 0 are not fitted (three free parameters would fit "
         "noise). A stays within the 0-1 score range; a parameter is <i>not identified</i> "
         "when its interval reaches the bound of its range (A: 0 or 1; B: 0.25 or 8): read it "
@@ -137,7 +166,7 @@ def _moe(moe: dict | None) -> list[str]:
     if not moe:
         return []
     pcols = ["comparison", "variant", "against", "benchmark", "diff", "diff_ci_low",
-             "diff_ci_high", "n_problems"]
+             "diff_ci_high", "runs", "per_seed_diff", "var_share_runs", "n_problems"]
     return [
         "<h2>Mixture of experts: Routing Replay and expert-activation volatility</h2>",
         f"<p>{esc(MOE_CLAIM)}</p>",

@@ -14,24 +14,30 @@ DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
 
 # the columns of the report's tables (CSV files and the page)
 TABLE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "seeds", "pass_at_1",
-              "ci_low", "ci_high", "seed_min", "seed_max", "vs_sft", "vs_sft_ci_low",
-              "vs_sft_ci_high", "n_problems", "elo", "elo_low", "elo_high", "elo_percentile"]
+              "ci_low", "ci_high", "var_share_runs", "seed_min", "seed_max", "vs_sft",
+              "vs_sft_ci_low", "vs_sft_ci_high", "vs_sft_var_share_runs", "n_problems", "elo",
+              "elo_low", "elo_high", "elo_percentile"]
+# the page's final-scores table adds each run's own pass@1 (a list: summary.json, not the CSV)
+_AFTER_CI = TABLE_COLS.index("ci_high") + 1
+PAGE_TABLE_COLS = TABLE_COLS[:_AFTER_CI] + ["per_seed"] + TABLE_COLS[_AFTER_CI:]
 STABILITY_COLS = ["variant", "algorithm", "seed", "status", "steps", "best_smoothed_reward",
                   "best_step", "final_smoothed_reward", "collapsed", "skipped_updates", "run_id"]
 VARIANT_COLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_at_1",
-                "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "n_problems",
+                "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "runs", "paired",
+                "var_share_runs", "n_problems",
                 "step_s", "baseline_step_s", "step_time_saving", "old_logprob_s",
                 "baseline_old_logprob_s", "old_logprob_share", "compute_ratio",
                 "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
                 "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"]
 FIT_COLS = ["variant", "algorithm", "benchmark", "status", "n_points", "seeds", "n_problems",
-            "asymptote", "asymptote_ci_low", "asymptote_ci_high", "efficiency",
-            "efficiency_ci_low", "efficiency_ci_high", "c_mid", "c_mid_ci_low", "c_mid_ci_high"]
+            "asymptote", "asymptote_ci_low", "asymptote_ci_high", "asymptote_var_share_runs",
+            "efficiency", "efficiency_ci_low", "efficiency_ci_high", "efficiency_var_share_runs",
+            "c_mid", "c_mid_ci_low", "c_mid_ci_high", "c_mid_var_share_runs"]
 MOE_COLS = ["variant", "algorithm", "routing_replay", "replay_source", "seeds", "volatility",
             "volatility_seed_min", "volatility_seed_max", "engine_routing_mismatch",
             "load_entropy", "max_expert_share",
             "routing_cache_mb", "collapsed", "benchmark", "pass_at_1", "ci_low", "ci_high",
-            "vs_sft", "vs_sft_ci_low", "vs_sft_ci_high"]
+            "var_share_runs", "vs_sft", "vs_sft_ci_low", "vs_sft_ci_high"]
 
 
 @dataclasses.dataclass
