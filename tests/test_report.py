@@ -125,12 +125,15 @@ def _moe_runs(grpo_reward_tail, seeds=SEEDS):
 def _moe_ablation(grpo_reward_tail):
     """moe_summary of the four-variant ablation, every variant scoring the same problems alike,
     GRPO without replay ending at `grpo_reward_tail` training reward."""
+    return _moe_ablation_of(_moe_runs(grpo_reward_tail))
+
+
+def _moe_ablation_of(runs, seeds=SEEDS):
     from pipeline.report import stability
 
-    runs = _moe_runs(grpo_reward_tail)
     same = {f"p{i}": 0.5 for i in range(20)}
-    table = [_row(v, a, same) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
-                                           ("gspo", "gspo"), ("gspo-replay", "gspo"))]
+    table = [_row(v, a, same, seeds) for v, a in (("grpo", "grpo"), ("grpo-replay", "grpo"),
+                                                  ("gspo", "gspo"), ("gspo-replay", "gspo"))]
     return moe_summary({"rl": runs}, table, stability({"rl": runs}, RULE), iters=200,
                        confidence=0.95)
 
@@ -447,3 +450,22 @@ def test_a_fit_to_noise_keeps_the_asymptote_in_the_score_range_and_says_it_is_no
     (f,) = scaling_fits({"evals": evals}, iters=100, confidence=0.95)
     assert 0.0 <= f["asymptote_ci_low"] <= f["asymptote"] <= f["asymptote_ci_high"] <= 1.0
     assert f["status"].startswith("fitted; ") and "not identified" in f["status"], f["status"]
+
+
+def test_two_very_different_training_runs_give_too_few_training_runs_not_a_verdict():
+    from types import SimpleNamespace
+
+    from pipeline.report import claims
+
+    # GSPO far ahead in one run and a little in the other: the numbers are shown, no verdict
+    report = _claims_report(0.05, seeds=(0, 1), seed_shift=0.3, grpo_tail=0.05)
+    rows = {c["key"]: c for c in report.claims}
+    for key in ("clipping", "compute", "stability"):
+        assert rows[key]["verdict"] == "too few training runs", rows[key]
+    assert "GSPO - GRPO" in rows["compute"]["measured"] and "at least 3" in rows["compute"]["why"]
+    gspo = next(r for r in report.table if r["variant"] == "gspo")
+    assert gspo["seeds"] == 2 and gspo["per_seed"][1] - gspo["per_seed"][0] == pytest.approx(0.3)
+    assert gspo["var_share_runs"] > 0.9             # the runs, not the problems, spread it
+    moe = _moe_ablation_of(_moe_runs(0.01, seeds=(0, 1)), seeds=(0, 1))
+    assert "Verdict: too few training runs" in moe["verdict"]
+    assert claims.moe(SimpleNamespace(moe=moe))["verdict"] == "too few training runs"
