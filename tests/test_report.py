@@ -214,7 +214,7 @@ def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(tmp_path_fa
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = elsewhere / "rep"
-    for name in ("index.html", "score_vs_compute.png", "reward_vs_compute.png",
+    for name in ("index.html", "score_vs_compute.png", "final_scores.png", "reward_vs_compute.png",
                  "clip_fraction.png", "final_scores.csv", "stability.csv"):
         assert (out / name).stat().st_size > 0
     rebuilt = list(csv.DictReader((out / "final_scores.csv").open()))
@@ -335,7 +335,11 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
     assert cf_row[0]["elo_low"] <= cf_row[0]["elo"] <= cf_row[0]["elo_high"]
     page = (tmp_path / "index.html").read_text()
     assert "Scaling-curve fit (ScaleRL)" in page and "elo_percentile" in page
-    assert (tmp_path / "score_vs_compute.png").stat().st_size > 0
+    assert "intervals over training runs and problems" in page and "var_share_runs" in page
+    assert head["intervals"]["min_runs_for_a_verdict"] == 3
+    assert fit["asymptote_var_share_runs"] is not None
+    for name in ("score_vs_compute.png", "final_scores.png"):
+        assert (tmp_path / name).stat().st_size > 0
     assert "asymptote" in (tmp_path / "scaling_fits.csv").read_text()
 
 

@@ -13,31 +13,34 @@ writes DIR (default results/<experiment>/report/):
   `collapse.window` steps) against compute, mean over seeds with the same band;
 - clip_fraction.png: the fraction of response tokens whose gradient the clip removed, per step
   and per algorithm (log scale), and its mean per algorithm with the GSPO/GRPO ratio;
-- final_scores.csv: per algorithm and benchmark, pass@1 at the largest budget: the mean over
-  seeds with a bootstrap confidence interval over problems (each problem's score averaged over
-  seeds first, so the interval reflects problem sampling; the seed range is given beside it),
-  and the SFT model's score as the baseline; CodeForces rows add the Elo of the problems solved
-  (elo, elo_low, elo_high, elo_percentile; also in summary.json, and against compute in
-  score_vs_compute.png);
+- final_scores.csv, final_scores.png: per algorithm and benchmark, pass@1 at the largest budget:
+  the mean over seeds and problems with its confidence interval over training runs and problems
+  (pipeline.report.resample: a two-level bootstrap drawing the seeds, then the problems, so the
+  interval carries the run-to-run variance as well as the problem sampling; var_share_runs is
+  the run-to-run share of its variance; the seed range beside it, each run's pass@1 in
+  summary.json's per_seed and as dots in the figure), and the SFT model's score as the baseline
+  (one fixed run) with the difference to it; CodeForces rows add the Elo of the problems solved
+  (elo, elo_low, elo_high, elo_percentile: a likelihood-ratio interval over problems, the scores
+  averaged over seeds; also in summary.json, and against compute in score_vs_compute.png);
 - stability.csv: per run, best and final smoothed reward and whether it collapsed (the rule
   below), its MLflow status and skipped non-finite updates;
 - variants.csv: each configured variant against its baseline (config `variants`, e.g. GSPO with
-  the rollout engine's bf16 log-probs as old log-probs against GSPO recomputing them): paired
-  score difference at the final budget with its interval, step time and old-log-prob pass time
-  with the saving, compute ratio, and the engine/trainer log-prob gap (header only when there are
-  no variants);
+  the rollout engine's bf16 log-probs as old log-probs against GSPO recomputing them): score
+  difference at the final budget with its interval over training runs and problems (paired by
+  seed), its run-to-run share, step time and old-log-prob pass time with the saving, compute
+  ratio, and the engine/trainer log-prob gap (header only when there are no variants);
 - moe.csv, moe.png: for MoE runs (those that logged moe/volatility), per variant the
   expert-activation volatility, router load balance, Routing Replay on/off and its source
   (trainer or rollout engine), the engine/trainer routing mismatch, collapses and final
-  score; the paper's comparisons (GRPO with/without replay, GSPO vs GRPO) as paired differences
-  and a plain verdict on whether the tiny model reproduces the paper's claim (header only, and no
+  score; the paper's comparisons (GRPO with/without replay, GSPO vs GRPO) as differences with
+  intervals over training runs and problems and a plain verdict on whether the tiny model reproduces the paper's claim (header only, and no
   figure, for dense experiments);
 - the claims table, first in index.html and in summary.json (`claims`): one row per claim of the
   paper, (a) clipping vs learning, (b) score at matched compute, (c) stability, (d) MoE without
   Routing Replay, (e) engine likelihoods, each with the measured number, its interval and a
-  verdict (reproduced / not reproduced / inconclusive at this sample size / not measured here,
-  linking the MoE or precision experiment's report when it exists); pipeline.report.claims
-  gives each rule;
+  verdict (reproduced / not reproduced / inconclusive at this sample size / too few training
+  runs, below resample.MIN_RUNS = 3 runs of a compared variant / not measured here, linking the
+  MoE or precision experiment's report when it exists); pipeline.report.claims gives each rule;
 - index.html: all of the above with the provenance: the command, config, seeds, git commit,
   package versions and data hashes the runs were made with.
 
@@ -53,7 +56,8 @@ artifacts; see pipeline.aggregate. The report is logged back to MLflow as the ar
 tagged stage=report.
 
 The modules, one way: `model.compute` reads the store once into a `Report` (the one report
-value; `stats` computes its numbers, `verdicts` words the MoE ablation); `figures.draw(report,
+value; `stats` computes its numbers, `resample` its intervals over training runs and problems,
+`verdicts` words the MoE ablation); `figures.draw(report,
 out)`, `html.render(report)` and `files.write(report, out)` only present it; `__main__` is the
 command line.
 """

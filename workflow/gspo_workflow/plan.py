@@ -412,6 +412,7 @@ class Plan:
     def report_outputs(self) -> dict[str, str]:
         r = f"{self.base}/report"
         return {"html": f"{r}/index.html", "score": f"{r}/score_vs_compute.png",
+                "final": f"{r}/final_scores.png",
                 "reward": f"{r}/reward_vs_compute.png", "clip": f"{r}/clip_fraction.png",
                 "table": f"{r}/final_scores.csv", "stability": f"{r}/stability.csv",
                 "variants": f"{r}/variants.csv", "moe": f"{r}/moe.csv"}

@@ -36,6 +36,11 @@ rule report:
             caption="../report/score.rst",
             category="Figures",
         ),
+        final=report(
+            "results/{experiment}/report/final_scores.png",
+            caption="../report/final.rst",
+            category="Figures",
+        ),
         reward=report(
             "results/{experiment}/report/reward_vs_compute.png",
             caption="../report/reward.rst",
