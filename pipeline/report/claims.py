@@ -48,7 +48,12 @@ RELATED = {"moe": "moe", "engine": "precision"}     # the experiments that measu
 
 
 def _interval(d: dict) -> str:
-    return f"{d['diff']:+.3f} [{d['diff_ci_low']:+.3f}, {d['diff_ci_high']:+.3f}]"
+    """A difference with its interval, the runs behind it and its run-to-run share."""
+    notes = ([f"{d['runs']} runs"] if d.get("runs") is not None else []) + (
+        [f"{d['var_share_runs']:.0%} of its variance run-to-run"]
+        if d.get("var_share_runs") is not None else [])
+    return (f"{d['diff']:+.3f} [{d['diff_ci_low']:+.3f}, {d['diff_ci_high']:+.3f}]"
+            + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _row(key: str, measured: str, verdict: str, why: str, **extra) -> dict:
