@@ -30,7 +30,7 @@ def _fmt(v, digits=3):
     return esc(str(v))
 
 
-def intervals(report) -> str:
+def _intervals(report) -> str:
     """What every interval about an algorithm is (pipeline.report.resample), in one paragraph."""
     return (f"<p>Intervals are {report.settings['confidence']:.0%} intervals over training runs "
             "and problems: a two-level bootstrap that draws the seeds (training runs) with "
@@ -75,7 +75,7 @@ def _scores(report) -> list[str]:
         "training runs and problems (bars; the dots beside them are the runs, one per seed); "
         "<code>vs_sft</code> is the difference to the SFT model on the same problems "
         "(<code>vs_sft_var_share_runs</code>: its run-to-run share).</p>",
-        intervals(report),
+        _intervals(report),
         "<p>CodeForces rows also give the Elo of the problems solved at the final budget "
         "(scores averaged over seeds), with its likelihood-ratio interval and percentile among "
         "a reference distribution of human ratings (evaluators.codeforces; normal, mean 1400, "
