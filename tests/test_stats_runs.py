@@ -147,3 +147,10 @@ def test_final_scores_treat_the_sft_evaluations_as_one_run():
 def test_the_student_quantile_behind_the_few_run_widening(p, dof, want):
     assert resample.t_quantile(p, dof) == pytest.approx(want, rel=1e-5)
     assert resample.widening(float("inf"), 0.95) == 1.0
+
+
+def test_an_interval_holds_its_estimate_where_nothing_varies():
+    x = np.full((3, 7), 0.1)                    # 0.1 has no exact binary form: draws round
+    for arms in ([resample.Arm(1.0, x)], [resample.Arm(1.0, x), resample.Arm(-1.0, x * 0.3)]):
+        ci = resample.interval(arms, iters=300, confidence=0.95)
+        assert ci["ci_low"] <= ci["estimate"] <= ci["ci_high"]

@@ -154,6 +154,9 @@ def interval(arms: list[Arm], *, iters: int, confidence: float, seed: int = 0,
     q_lo, q_hi = np.quantile(draws(arms, iters=iters, seed=seed), [alpha, 1 - alpha])
     k = widening(split["dof"], confidence)
     lo, hi = est - k * (est - float(q_lo)), est + k * (float(q_hi) - est)
+    # the interval holds its estimate: where nothing varies, the draws' float rounding must not
+    # push a side past it
+    lo, hi = min(lo, est), max(hi, est)
     if bounds is not None:
         lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
     return {"estimate": est, "ci_low": lo, "ci_high": hi, **split}

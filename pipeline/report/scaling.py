@@ -143,8 +143,9 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
         est = np.log(best[k]) if k == "c_mid" else best[k]
         q_lo, q_hi = np.quantile(b["draws"], [alpha, 1 - alpha])
         wide = resample.widening(b["dof"], confidence)
-        lo = max(est - wide * (est - q_lo), ranges[k][0])
-        hi = min(est + wide * (q_hi - est), ranges[k][1])
+        # widened about the estimate, holding it, within the parameter's range
+        lo = max(min(est - wide * (est - q_lo), est), ranges[k][0])
+        hi = min(max(est + wide * (q_hi - est), est), ranges[k][1])
         if k == "c_mid":      # back from the log scale (exactly c_mid where the bound is it)
             lo, hi = best[k] * np.exp(lo - est), best[k] * np.exp(hi - est)
         out[f"{k}_ci_low"], out[f"{k}_ci_high"] = float(lo), float(hi)
