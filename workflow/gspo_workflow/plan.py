@@ -163,6 +163,10 @@ class Plan:
         self.ckpt_every = math.gcd(*nonzero)
         self.rl_cfgs = {(v, s): self._rl_config(v, s) for v in self.variants for s in self.seeds}
         self.eval_cfgs = {b: self._eval_config(b) for b in self.benchmarks}
+        # the checkpoints between budget 0 and the last, where a benchmark's `intermediate`
+        # settings (fewer problems or samples) differ from its full ones
+        self.mid_eval_cfgs = {b: cfg for b in self.benchmarks
+                              if (cfg := self._eval_config(b, intermediate=True)) != self.eval_cfgs[b]}
         self.report_cfg = dict(config["report"])
         self.tracking_uri = tracking_uri(config, self.workdir)
 
@@ -297,10 +301,13 @@ class Plan:
         key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
         return self._typed(RLConfig, d, key)
 
-    def _eval_config(self, bench: str) -> dict:
+    def _eval_config(self, bench: str, *, intermediate: bool = False) -> dict:
         ev = self.config["eval"]
         common = {k: v for k, v in ev.items() if k not in TASKS}
         merged = {**common, **{k: v for k, v in (ev.get(bench) or {}).items() if v is not None}}
+        mid = merged.pop("intermediate", None) or {}
+        if intermediate:
+            merged.update({k: v for k, v in mid.items() if v is not None})
         if "prompt" in merged:
             self._fail("eval.prompt", "is set by the workflow (top-level prompt); leave it out")
         merged.update(benchmark=bench, prompt=self.prompt)
@@ -323,6 +330,8 @@ class Plan:
             out[self.cfg_path(f"rl/{a}-seed{s}")] = dump(to_dict(cfg))
         for b, cfg in self.eval_cfgs.items():
             out[self.cfg_path(f"eval/{b}")] = dump(cfg)
+        for b, cfg in self.mid_eval_cfgs.items():
+            out[self.cfg_path(f"eval/{b}-intermediate")] = dump(cfg)
         out[self.cfg_path("workflow")] = dump(self.config)
         out[self.cfg_path("report")] = dump({
             **self.report_cfg, "experiment": self.experiment, "algorithms": self.algorithms,
@@ -358,6 +367,16 @@ class Plan:
 
     def eval_sha_param(self) -> str:
         return sha("".join(self.config_sha(p) for p in self.eval_configs()))
+
+    def checkpoint_eval_configs(self, wildcards) -> list[str]:
+        """The eval configs of a run's checkpoint at `wildcards.budget`: a benchmark's
+        intermediate ones between budget 0 and the last, its full ones at the last."""
+        mid = 0 < int(wildcards.budget) < self.budgets[-1]
+        return [self.cfg_path(f"eval/{b}-intermediate" if mid and b in self.mid_eval_cfgs
+                              else f"eval/{b}") for b in self.benchmarks]
+
+    def checkpoint_eval_sha(self, wildcards) -> str:
+        return sha("".join(self.config_sha(p) for p in self.checkpoint_eval_configs(wildcards)))
 
     def test_files(self) -> list[str]:
         return [self.data_file(b, "test") for b in self.benchmarks]

@@ -33,7 +33,7 @@ rule eval_sft:
 
 rule eval_checkpoint:
     input:
-        configs=PLAN.eval_configs(),
+        configs=PLAN.checkpoint_eval_configs,
         done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",
         data=PLAN.test_files(),
     output:
@@ -41,7 +41,7 @@ rule eval_checkpoint:
         results=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "results.jsonl"),
         meta=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "checkpoint.json"),
     params:
-        config_sha=PLAN.eval_sha_param(),
+        config_sha=PLAN.checkpoint_eval_sha,
         model=PLAN.checkpoint_param,
     log:
         "results/{experiment}/logs/eval/{variant}-seed{seed}-b{budget}.log",
