@@ -524,13 +524,27 @@ def test_the_slurm_profile_asks_for_what_the_training_jobs_use_and_fits_the_real
             assert "gpu" not in r, "`gpu` is --gpus, a count for the whole job: use gres"
 
 
-def test_the_default_config_plans_grpo_and_gspo_over_two_seeds_and_five_budgets(tmp_path):
+def test_the_default_config_plans_grpo_and_gspo_over_five_seeds_and_five_budgets(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs["rl"] >= 4 and jobs["eval_checkpoint"] == jobs["rl"] * 4   # 25/50/75/100 %
+    # verdicts need at least 3 training runs per algorithm (pipeline.report.resample.MIN_RUNS)
+    assert jobs["rl"] == 10 and jobs["eval_checkpoint"] == jobs["rl"] * 4   # 25/50/75/100 %
     rl = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "rl" / "gspo-seed1.yaml").read_text())
     assert rl["ckpt_every"] == 8 and rl["steps"] == 32 and rl["seed"] == 1
     assert {d["path"].split("/")[-1] for d in rl["train_data"]} == {"aime_rl.jsonl", "lcb_rl.jsonl", "cf_rl.jsonl"}
+
+
+def test_the_reproducibility_config_runs_the_default_with_disjoint_seeds_in_its_own_experiment(tmp_path):
+    r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
+    r2 = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "default.yaml"),
+                   str(ROOT / "config" / "reproduce.yaml"), configfile=None, timeout=300)
+    assert _job_counts(r2.stdout + r2.stderr) == _job_counts(r.stdout + r.stderr)
+    default = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "workflow.yaml").read_text())
+    shifted = yaml.safe_load((tmp_path / "results" / "tiny-seeds-b" / "config" / "workflow.yaml").read_text())
+    assert not set(shifted["seeds"]) & set(default["seeds"])
+    assert len(shifted["seeds"]) == len(default["seeds"])
+    assert {k: v for k, v in shifted.items() if k not in ("seeds", "experiment")} == \
+        {k: v for k, v in default.items() if k not in ("seeds", "experiment")}
 
 
 @pytest.mark.slow
@@ -608,6 +622,35 @@ def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_sectio
     assert (report / "moe.png").stat().st_size > 0
     variants = {r["variant"]: r["baseline"] for r in csv.DictReader((report / "variants.csv").open())}
     assert variants == {"grpo-replay": "grpo", "gspo-replay": "gspo", "grpo-engine-replay": "grpo"}
+
+
+def test_checkpoints_between_the_first_and_last_budget_take_the_intermediate_evaluation():
+    # the default evaluates the last budget (and the SFT model) in full, the others smaller
+    from types import SimpleNamespace as Wildcards
+
+    from snakemake.utils import validate
+
+    schema = str(ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    cfg = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    validate(cfg, schema, set_default=True)
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    assert plan.checkpoint_eval_configs(Wildcards(budget="100")) == plan.eval_configs()
+    for budget in ("25", "50", "75"):
+        assert plan.checkpoint_eval_configs(Wildcards(budget=budget)) == [
+            plan.cfg_path(f"eval/{b}-intermediate") for b in plan.benchmarks]
+    for b in plan.benchmarks:
+        full, part = plan.eval_cfgs[b], plan.mid_eval_cfgs[b]
+        assert {k for k in full if full[k] != part[k]} == {"limit", "samples"}, b
+        assert part["limit"] < full["limit"] and part["samples"] < full["samples"]
+    texts = plan.stage_texts()
+    assert texts[plan.cfg_path("eval/aime-intermediate")] != texts[plan.cfg_path("eval/aime")]
+    # none set: every checkpoint is evaluated alike, and no intermediate config is written
+    for b in plan.benchmarks:
+        cfg["eval"][b]["intermediate"] = {}
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    assert plan.mid_eval_cfgs == {}
+    assert plan.checkpoint_eval_configs(Wildcards(budget="50")) == plan.eval_configs()
+    assert not any(p.endswith("-intermediate.yaml") for p in plan.stage_texts())
 
 
 def test_one_prompt_format_reaches_sft_rl_and_evaluation():
