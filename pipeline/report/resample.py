@@ -83,7 +83,7 @@ def run_matrix(runs: list[tuple], ids: list[str]) -> np.ndarray:
                                                                                 len(ids))
 
 
-def _counts(rng, n: int, iters: int) -> np.ndarray:
+def counts(rng, n: int, iters: int) -> np.ndarray:
     """(iters, n) weights of a draw of n items with replacement: each item's count / n."""
     draw = rng.integers(0, n, size=(iters, n))
     flat = (draw + n * np.arange(iters)[:, None]).ravel()
@@ -105,14 +105,14 @@ def draws(arms: list[Arm], *, iters: int, seed: int = 0) -> np.ndarray:
     seeds with replacement (not a fixed arm's), and one problem draw serves every arm."""
     rng = np.random.default_rng(seed)
     p = arms[0].scores.shape[1]
-    v = _counts(rng, p, iters)                                            # (iters, P)
+    v = counts(rng, p, iters)                                            # (iters, P)
     total = np.zeros((iters, p))
     for arm in arms:
         x = arm.scores
         if arm.fixed or x.shape[0] < 2:
             total += arm.sign * x.mean(axis=0)[None, :]
         else:
-            total += arm.sign * (_counts(rng, x.shape[0], iters) @ inflate(x))
+            total += arm.sign * (counts(rng, x.shape[0], iters) @ inflate(x))
     return (total * v).sum(axis=1)
 
 
@@ -133,9 +133,7 @@ def variance_split(arms: list[Arm]) -> dict:
     per_problem = sum(a.sign * a.scores.mean(axis=0) for a in arms)
     v_prob = float(np.var(per_problem, ddof=1)) / p if p > 1 else 0.0
     v_runs = sum(v for v, _ in comps)
-    parts = comps + [(v_prob, p - 1)]
-    denom = sum(v * v / d for v, d in parts if v > 0 and d > 0)
-    dof = (v_runs + v_prob) ** 2 / denom if denom > 0 else math.inf
+    dof = satterthwaite(comps + [(v_prob, p - 1)])
     total = v_runs + v_prob
     return {"var_runs": None if unknown else v_runs, "var_problems": v_prob,
             "var_share_runs": None if unknown or total <= 0 else v_runs / total, "dof": dof}
@@ -152,14 +150,26 @@ def interval(arms: list[Arm], *, iters: int, confidence: float, seed: int = 0,
         return {"estimate": est, "ci_low": est, "ci_high": est, **split}
     alpha = (1 - confidence) / 2
     q_lo, q_hi = np.quantile(draws(arms, iters=iters, seed=seed), [alpha, 1 - alpha])
-    k = widening(split["dof"], confidence)
-    lo, hi = est - k * (est - float(q_lo)), est + k * (float(q_hi) - est)
-    # the interval holds its estimate: where nothing varies, the draws' float rounding must not
-    # push a side past it
-    lo, hi = min(lo, est), max(hi, est)
-    if bounds is not None:
-        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    lo, hi = widen(est, float(q_lo), float(q_hi), split["dof"], confidence,
+                   bounds or (-math.inf, math.inf))
     return {"estimate": est, "ci_low": lo, "ci_high": hi, **split}
+
+
+def satterthwaite(parts: list[tuple[float, float]]) -> float:
+    """The Welch-Satterthwaite degrees of freedom of a sum of variance components [(variance,
+    its degrees of freedom)]; infinite when none varies."""
+    denom = sum(v * v / d for v, d in parts if v > 0 and d > 0)
+    return sum(v for v, _ in parts) ** 2 / denom if denom > 0 else math.inf
+
+
+def widen(est: float, q_lo: float, q_hi: float, dof: float, confidence: float,
+          bounds: tuple[float, float]) -> tuple[float, float]:
+    """The percentile interval [q_lo, q_hi] widened about `est` by t_dof / z (module doc),
+    holding `est` (where nothing varies, the draws' float rounding must not push a side past
+    it), within `bounds`."""
+    k = widening(dof, confidence)
+    lo, hi = min(est - k * (est - q_lo), est), max(est + k * (q_hi - est), est)
+    return max(lo, bounds[0]), min(hi, bounds[1])
 
 
 def widening(dof: float, confidence: float) -> float:

@@ -98,8 +98,8 @@ def _bootstrap(comp, y, r0_problems, *, iters: int, confidence: float) -> dict:
     the same draws with problems fixed (var_runs) and with seeds fixed (var_problems)."""
     k, s, p = y.shape
     rng = np.random.default_rng(0)
-    v = resample._counts(rng, p, iters)                                   # (D, P)
-    w = resample._counts(rng, s, iters) if s > 1 else np.ones((iters, 1))  # (D, S)
+    v = resample.counts(rng, p, iters)                                   # (D, P)
+    w = resample.counts(rng, s, iters) if s > 1 else np.ones((iters, 1))  # (D, S)
     yi = np.stack([resample.inflate(y[b]) for b in range(k)])             # (K, S, P)
     fits = {}
     for mode, ws, vs in (("both", w, v), ("runs", w, np.full_like(v, 1 / p)),
@@ -111,9 +111,7 @@ def _bootstrap(comp, y, r0_problems, *, iters: int, confidence: float) -> dict:
         # c_mid spans decades: its interval and variance are taken on the log scale
         tf = np.log if name == "c_mid" else (lambda a: a)
         vr, vp = (float(np.var(tf(fits[m][name]))) for m in ("runs", "problems"))
-        parts = [(vr, s - 1), (vp, p - 1)]
-        denom = sum(a * a / d for a, d in parts if a > 0 and d > 0)
-        dof = (vr + vp) ** 2 / denom if denom > 0 else np.inf
+        dof = resample.satterthwaite([(vr, s - 1), (vp, p - 1)])
         out[name] = {"draws": tf(fits["both"][name]), "dof": dof,
                      "share": vr / (vr + vp) if vr + vp > 0 else None}
     return out
@@ -142,10 +140,7 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
     for k, b in boot.items():
         est = np.log(best[k]) if k == "c_mid" else best[k]
         q_lo, q_hi = np.quantile(b["draws"], [alpha, 1 - alpha])
-        wide = resample.widening(b["dof"], confidence)
-        # widened about the estimate, holding it, within the parameter's range
-        lo = max(min(est - wide * (est - q_lo), est), ranges[k][0])
-        hi = min(max(est + wide * (q_hi - est), est), ranges[k][1])
+        lo, hi = resample.widen(est, q_lo, q_hi, b["dof"], confidence, ranges[k])
         if k == "c_mid":      # back from the log scale (exactly c_mid where the bound is it)
             lo, hi = best[k] * np.exp(lo - est), best[k] * np.exp(hi - est)
         out[f"{k}_ci_low"], out[f"{k}_ci_high"] = float(lo), float(hi)
