@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from gspo.data import pad_batch, sequence_logprobs
 from gspo.models import load_model
 from gspo.rollout import make_engine
-from gspo.rollout.torch_engine import sample_next
+from gspo.rollout.torch_engine import sample_next, sample_seeds
 
 
 @pytest.fixture(scope="module", params=["tiny", "tiny-moe"])
@@ -79,7 +79,7 @@ def test_top_p_logprobs_are_those_of_the_renormalised_nucleus():
     gen = torch.Generator().manual_seed(0)
     seen = set()
     for _ in range(200):
-        tok, lp = sample_next(logits, 1.0, 0.8, gen)
+        tok, lp = sample_next(logits, 1.0, 0.8, [gen])
         seen.add(int(tok))
         # nucleus {0, 1} has mass 0.8: p = 0.5/0.8 or 0.3/0.8
         assert lp.item() == pytest.approx(math.log([0.625, 0.375][int(tok)]), abs=1e-5)
@@ -108,3 +108,54 @@ def test_with_one_seed_per_prompt_a_prompts_samples_do_not_depend_on_its_batch(t
     other = engine.generate(prompts, seed=[11, 12, 99, 14], **kw)
     assert [c.token_ids for c in other[2]] != [c.token_ids for c in together[2]]
     assert [c.token_ids for c in other[0]] == [c.token_ids for c in together[0]]
+
+
+def test_the_exponential_race_samples_each_row_from_its_distribution():
+    # 4000 rows, each with its own generator: the frequencies are the probabilities
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    gens = [torch.Generator().manual_seed(s) for s in range(4000)]
+    tok, lp = sample_next(p.log().expand(4000, 4), 1.0, 1.0, gens)
+    freq = torch.bincount(tok, minlength=4) / 4000
+    assert torch.allclose(freq, p, atol=0.025), freq            # ~3.5 standard errors
+    assert torch.allclose(lp, p.log()[tok])
+
+
+def test_a_rows_draw_depends_on_its_own_generator_not_on_the_rows_beside_it():
+    logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(0))
+    alone = [sample_next(logits[i:i + 1], 1.0, 1.0, [torch.Generator().manual_seed(i)])[0]
+             for i in range(6)]
+    together, _ = sample_next(logits, 1.0, 1.0, [torch.Generator().manual_seed(i)
+                                                  for i in range(6)])
+    assert together.tolist() == torch.cat(alone).tolist()
+
+
+def test_sample_seeds_follow_vllms_request_seeds():
+    assert sample_seeds(3, 2, 2) == [12, 13, 14, 15]            # (3*2+i)*2 + j
+    assert sample_seeds([5, 9], 2, 3) == [15, 16, 17, 27, 28, 29]
+    assert len(set(sample_seeds(0, 10, 4))) == 40
+
+
+def test_two_close_models_with_the_same_seeds_share_their_sampling_noise(tiny_model_dir):
+    """Common random numbers: a checkpoint and a slightly moved copy, sampled with the same
+    seeds, make the same choices wherever their distributions nearly agree, so their paired
+    scores differ far less than two independent samplings would."""
+    from gspo.models import load_model
+
+    model, tok = load_model(tiny_model_dir)
+    moved, _ = load_model(tiny_model_dir)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for p in moved.parameters():
+            p.add_(1e-3 * p.abs().mean() * torch.randn(p.shape, generator=g))
+    prompts = [tok(t).input_ids for t in ("1+2=", "33*4=", "7-5=", "100+1=")]
+    # rows stop at different steps (a shared stream would then shift under the rows after them)
+    kw = dict(n=16, temperature=1.0, top_p=1.0, max_new_tokens=12, stop_token_ids=list(range(12)))
+
+    def sample(m, seed):
+        groups = make_engine("torch", tiny_model_dir, model=m).generate(prompts, seed=seed, **kw)
+        return [c.token_ids for g in groups for c in g]
+
+    base, same_seeds, other_seeds = sample(model, 7), sample(moved, 7), sample(moved, 8)
+    paired = sum(a == b for a, b in zip(base, same_seeds)) / len(base)
+    unpaired = sum(a == b for a, b in zip(base, other_seeds)) / len(base)
+    assert paired > 0.8 and unpaired < 0.2, (paired, unpaired)

@@ -12,7 +12,11 @@ with top_p < 1 the engine's value is >= the trainer's (the nucleus mass is < 1).
 
 `seed` is one seed for the call, or a list of one seed per prompt: then the samples of a prompt
 depend only on the model, the prompt, the settings and its own seed, not on which prompts it was
-batched with (so RL rollouts do not depend on how many ranks drew them).
+batched with (so RL rollouts do not depend on how many ranks drew them). Both engines seed each
+sample alike (prompt i: (seed * len(prompts) + i) * n, or seeds[i] * n; its j-th sample + j),
+and each draws a sample's tokens from that sample's own stream, so two checkpoints sampled with
+the same seeds share their sampling noise (common random numbers): their scores are paired
+sample by sample, which makes a GSPO - GRPO difference on the same problems less noisy.
 
 With `return_routing=True` a MoE model's completions also carry the experts its routers chose
 (`Completion.routing`; the torch engine only, see gspo.moe).

@@ -9,8 +9,11 @@ replaces only the attention cache with a preallocated static one:
 - left padding, with per-row positions, so every row decodes in lock-step;
 - finished rows are dropped from the batch as they stop, so late steps cost only what is alive.
 
-Determinism: one `torch.Generator` seeded with `seed` drives all sampling, so the same model,
-prompts and arguments give the same completions on CPU.
+Determinism: every sample has its own `torch.Generator`, seeded as vLLM seeds its requests
+(sample_seeds), so the same model, prompts and arguments give the same completions on CPU; with
+one seed per prompt a prompt's samples do not depend on the call it was in; and two models given
+the same seeds share their sampling noise (sample_next: common random numbers, which pair the
+evaluations of two checkpoints sample by sample).
 """
 
 from __future__ import annotations
@@ -30,9 +33,18 @@ def _apply_rope(x, cos, sin):
     return x * cos + rot * sin
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gens: list
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return (tokens (B,), log-prob under the sampling dist (B,)).
+    """Sample one token per row, row b with its own generator gens[b]; return (tokens (B,),
+    log-prob under the sampling dist (B,)).
+
+    The draw is the exponential race (torch.multinomial's own one-sample path): token =
+    argmax_v p_v / E_v with E_v ~ Exp(1) from the row's generator, V draws a step whichever
+    token wins. A row's noise at step t thus depends on its seed and t alone, never on the
+    model or the other rows, so two models sampling one prompt with one seed make the same
+    choice wherever their distributions nearly agree: common random numbers, which make a
+    paired comparison of two checkpoints (GSPO - GRPO on the same problems) far less noisy
+    while each model's samples keep their exact distribution.
 
     temperature == 0 means greedy; its log-prob is then that of softmax(logits).
     """
@@ -48,21 +60,19 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: tor
         sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
         logp = torch.full_like(logp, float("-inf")).scatter(-1, idx, sorted_lp)
         logp = torch.log_softmax(logp, dim=-1)                             # renormalise nucleus
-    tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(-1)
+    V = logp.shape[-1]
+    race = torch.stack([torch.empty(V).exponential_(generator=g) for g in gens])  # (B, V)
+    tok = (logp - race.to(logp.device).log()).argmax(dim=-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
-def _sample(logits, temperature: float, top_p: float, gen, owner: torch.Tensor):
-    """sample_next over the rows, with one generator, or with each row's prompt's own
-    (gen a list indexed by `owner`, the prompt of each row)."""
-    if not isinstance(gen, list):
-        return sample_next(logits, temperature, top_p, gen)
-    tok = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-    lp = torch.empty(logits.shape[0], device=logits.device)
-    for i in owner.unique().tolist():
-        rows = (owner == i).nonzero().squeeze(-1)
-        tok[rows], lp[rows] = sample_next(logits[rows], temperature, top_p, gen[i])
-    return tok, lp
+def sample_seeds(seed: int | list[int], n_prompts: int, n: int) -> list[int]:
+    """The seed of each sample, prompt-major: prompt i of a call gets (seed * n_prompts + i) * n,
+    or seeds[i] * n with one seed per prompt, and its j-th sample that + j (as vLLM seeds
+    them: gspo.rollout.vllm_engine), so no two samples of a call share a stream."""
+    base = ([int(x) * n for x in seed] if isinstance(seed, list)
+            else [(seed * n_prompts + i) * n for i in range(n_prompts)])
+    return [b + j for b in base for j in range(n)]
 
 
 class TorchEngine:
@@ -151,10 +161,9 @@ class TorchEngine:
         if max_new <= 0:
             raise ValueError(f"prompt of {plen} tokens leaves no room within max length {self.max_len}")
         st = self._prefill(prompts, n, plen, plen + max_new, hooks)
-        # one generator for the call, or one per prompt (a list of seeds): the samples of a prompt
-        # then depend on its own seed alone, not on the prompts it was batched with
-        gen = ([torch.Generator(device="cpu").manual_seed(int(x)) for x in seed]
-               if isinstance(seed, list) else torch.Generator(device="cpu").manual_seed(seed))
+        # one generator per sample: its draws never depend on the rows it was batched with
+        gen = [torch.Generator(device="cpu").manual_seed(x)
+               for x in sample_seeds(seed, len(prompts), n)]
         out = self._decode(st, plen, max_new, temperature, top_p, gen, stop_token_ids, hooks)
         return _completions(prompts, n, plen, out, st["routed"] if hooks is not None else None)
 
@@ -198,7 +207,7 @@ class TorchEngine:
         alive = torch.arange(N, device=dev)        # original row index of each batch row
         stop = torch.tensor(stop_token_ids, dtype=torch.long, device=dev)
         for t in range(max_new):
-            tok, lp = _sample(logits, temperature, top_p, gen, alive // st["n"])
+            tok, lp = sample_next(logits, temperature, top_p, [gen[r] for r in alive.tolist()])
             rows = alive.cpu()
             out_tok[rows, t] = tok.cpu()
             out_lp[rows, t] = lp.cpu()
