@@ -31,6 +31,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    device: str = "cpu"     # where the backend's collectives take tensors: cuda:<local rank> (nccl)
 
     @property
     def main(self) -> bool:
@@ -45,13 +46,15 @@ def init(device: str = "cpu") -> World:
     """The world torchrun started this process in (a world of one outside torchrun)."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return World()
-    world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
-                  int(os.environ.get("LOCAL_RANK", "0")))
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = device.startswith("cuda")
+    world = World(rank, size, local_rank, f"cuda:{local_rank}" if cuda else "cpu")
     if world.size > 1 and not dist.is_initialized():
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        if backend == "nccl":
+        if cuda:
             torch.cuda.set_device(world.local_rank)
-        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30))
+        dist.init_process_group("nccl" if cuda else "gloo",
+                                timeout=datetime.timedelta(minutes=30))
     return world
 
 
@@ -60,22 +63,36 @@ def close(world: World) -> None:
         dist.destroy_process_group()
 
 
+# Every collective of the library goes through the helpers below (tests/test_distributed.py reads
+# the sources to hold that): nccl serves only CUDA tensors and gloo CPU ones, and a count made
+# with torch.tensor(...) lives on the CPU, so a collective called on it directly passes the gloo
+# tests and stops the first GPU run.
+def on_collective_device(t: torch.Tensor, world: World) -> torch.Tensor:
+    """`t` where the world's backend takes it (itself when it is already there)."""
+    return t if t.device == torch.device(world.device) else t.to(world.device)
+
+
 def all_reduce(t: torch.Tensor, world: World, op: str = "sum") -> torch.Tensor:
-    """`t` reduced over the ranks (sum, max or min), in place; returned for chaining."""
+    """`t` reduced over the ranks (sum, max or min), in place on whatever device it is;
+    returned for chaining."""
     if world.distributed:
-        dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                               "min": dist.ReduceOp.MIN}[op])
+        buf = on_collective_device(t, world)
+        dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                                 "min": dist.ReduceOp.MIN}[op])
+        if buf is not t:
+            t.copy_(buf)
     return t
 
 
 def all_gather_cat(t: torch.Tensor, world: World) -> torch.Tensor:
-    """The ranks' equally long 1-D tensors `t`, concatenated in rank order (`t` itself in a
-    world of one)."""
+    """The ranks' equally long 1-D tensors `t`, concatenated in rank order, on `t`'s device
+    (`t` itself in a world of one)."""
     if not world.distributed:
         return t
-    parts = [torch.empty_like(t) for _ in range(world.size)]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
+    buf = on_collective_device(t.contiguous(), world)
+    parts = [torch.empty_like(buf) for _ in range(world.size)]
+    dist.all_gather(parts, buf)
+    return torch.cat(parts).to(t.device)
 
 
 def barrier(world: World) -> None:

@@ -19,15 +19,11 @@ def combine_micro(acc: dict) -> dict:
 def reduce_over_ranks(rec: dict, world) -> dict:
     """A minibatch's combined metrics (weighted sums, ratio_min / ratio_max) over the ranks:
     sums added, extremes taken; a rank without rows contributes nothing."""
-    import torch.distributed
-
     from gspo import distributed as dist
 
     if not world.distributed:
         return rec
-    names: list = [None] * world.size
-    torch.distributed.all_gather_object(names, sorted(rec))
-    keys = sorted(set().union(*names))
+    keys = sorted(set(dist.gather_objects(sorted(rec), world)))
     ops = {"ratio_min": ("min", float("inf")), "ratio_max": ("max", float("-inf"))}
     out = {}
     for op in ("sum", "min", "max"):
@@ -74,6 +70,22 @@ def engine_logprobs(prompts, comps, mask: torch.Tensor) -> torch.Tensor:
     return engine_logp
 
 
+def gap_sums(engine_logp, trainer_logp, ent, mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's (sums (5,), maxes (2,)) of the engine/trainer log-prob gap, float64 on the
+    rows' device (a collective's tensors must be on the training device, and a CPU constant
+    stacked with CUDA sums is a device error): sums of entropy, tokens, |token gap|,
+    |sequence gap| and sequences; maxes of |token gap| and |sequence gap| (0 without rows:
+    gaps are >= 0, so an empty rank adds nothing to a max)."""
+    gap = (engine_logp - trainer_logp) * mask                            # (b, T)
+    seq_gap = gap.sum(1).abs() / mask.sum(1).clamp(min=1)               # (b,)
+    n_seq = torch.full((), float(len(seq_gap)), device=mask.device)
+    sums = torch.stack([(ent * mask).sum(), mask.sum(), gap.abs().sum(), seq_gap.sum(), n_seq])
+    zero = torch.zeros((), device=mask.device)
+    maxes = torch.stack([gap.abs().max() if gap.numel() else zero,
+                         seq_gap.max() if seq_gap.numel() else zero])
+    return sums.double(), maxes.double()
+
+
 def gap_metrics(engine_logp, old_logp, entropy, mask, first, world) -> dict:
     """Entropy and the engine/trainer log-prob gap per token and per sequence, over the whole
     step (sums and extremes reduced over the ranks). Without a recompute pass (entropy None)
@@ -81,19 +93,13 @@ def gap_metrics(engine_logp, old_logp, entropy, mask, first, world) -> dict:
     from gspo import distributed as dist
 
     if entropy is None:
-        idx = first.get("idx", torch.zeros(0, dtype=torch.long))
+        idx = first.get("idx", torch.zeros(0, dtype=torch.long, device=mask.device))
         trainer_logp = first.get("logp", mask[idx])
         ent, m_gap = first.get("entropy", mask[idx]), mask[idx]
     else:
         idx, trainer_logp, ent, m_gap = slice(None), old_logp, entropy, mask
-    gap = (engine_logp[idx] - trainer_logp) * m_gap                      # (b, T)
-    seq_gap = gap.sum(1).abs() / m_gap.sum(1).clamp(min=1)              # (b,)
-    sums = dist.all_reduce(torch.stack([
-        (ent * m_gap).sum(), m_gap.sum(), gap.abs().sum(), seq_gap.sum(),
-        torch.tensor(float(len(seq_gap)))]).double(), world)
-    zero = torch.zeros(())       # gaps are >= 0: a rank without rows adds nothing to a max
-    maxes = dist.all_reduce(torch.stack([gap.abs().max() if gap.numel() else zero,
-                                         seq_gap.max() if seq_gap.numel() else zero]), world, "max")
+    sums, maxes = gap_sums(engine_logp[idx], trainer_logp, ent, m_gap)
+    sums, maxes = dist.all_reduce(sums, world), dist.all_reduce(maxes, world, "max")
     ent_sum, tokens, gap_sum, seq_sum, seqs = sums.tolist()
     return {"entropy": ent_sum / tokens,
             "logprob_gap_token_mean": gap_sum / tokens,

@@ -317,3 +317,32 @@ def test_a_run_given_the_peak_flops_logs_mfu_per_phase(data, sft_model, tmp_path
     assert r["mfu_rollout"] == pytest.approx(f / (r["time_rollout_s"] * peak), rel=1e-6)
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "plain", steps=1), rewards)
     assert not any(k.startswith("mfu") for k in read_metrics(tmp_path / "plain" / "metrics.jsonl")[0])
+
+
+def test_the_old_logprob_pass_keeps_to_the_token_budget_and_computes_the_same_logprobs(
+        data, sft_model, tmp_path):
+    """Issue 23 #3: the no-grad pass over the whole rollout batch ran as one forward whatever
+    the budget (real-scale: 256 sequences x ~8.5K tokens, out of memory at step 1)."""
+    from gspo.data import pad_batch
+
+    g = torch.Generator().manual_seed(0)
+    lengths = [3, 30, 7, 18, 25, 4, 11, 29]
+    prompts = [[5, 6, 7]] * len(lengths)
+    comps = [torch.randint(10, 60, (n,), generator=g).tolist() for n in lengths]
+    batch = pad_batch(prompts, comps, 0)
+    out = {}
+    for budget in (0, 64):
+        tr = trainer_mod.Trainer(rl_cfg(data, sft_model, tmp_path / str(budget),
+                                        max_tokens_per_micro_batch=budget), rewards)
+        shapes = []
+        hook = tr.policy.register_forward_pre_hook(
+            lambda m, args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+        out[budget] = tr.old_logprobs(batch)
+        hook.remove()
+        out[budget] += (shapes,)
+    assert out[0][2] == [tuple(batch["input_ids"].shape)]           # no budget: one forward
+    assert len(out[64][2]) > 1 and all(b * t <= 64 or b == 1 for b, t in out[64][2])
+    mask = batch["target_mask"].bool()
+    for whole, split in zip(out[0][:2], out[64][:2]):
+        assert whole.shape == split.shape
+        torch.testing.assert_close(split[mask], whole[mask], rtol=1e-5, atol=1e-6)
