@@ -347,11 +347,13 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
 # The claims table
 
 def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0.2,
-                   grpo_clip=0.002, gspo_flops=1.0, cf_offset=None, seeds=SEEDS, seed_shift=0.0):
+                   grpo_clip=0.002, gspo_flops=1.0, cf_offset=None, seeds=SEEDS, seed_shift=0.0,
+                   grpo_gain=0.15):
     """A report of GRPO and GSPO (`seeds`) on n AIME problems: GSPO's per-problem score is
     GRPO's + gspo_offset + a fixed zero-mean scatter of size `noise` (+ seed_shift x the seed's
-    position, a run-to-run difference); GRPO's reward falls to `grpo_tail` (from 0.4) in its last
-    half; clip fractions and GSPO's compute as given."""
+    position, a run-to-run difference), GRPO's is the SFT model's + grpo_gain (so the
+    non-inferiority margin is 20% of it: 0.03 by default); GRPO's reward falls to `grpo_tail`
+    (from 0.4) in its last half; clip fractions and GSPO's compute as given."""
     from pipeline.report import model
 
     base = [0.3 + 0.2 * ((i % 5) - 2) / 2 for i in range(n)]
@@ -361,7 +363,7 @@ def _claims_report(gspo_offset, *, n=300, noise=0.06, grpo_tail=0.3, gspo_clip=0
     for bench, offset in offsets.items():
         for k, s in enumerate(seeds):
             shift = seed_shift * k
-            for var, budget, add in (("sft", 0, [0.0] * n), ("grpo", 100, [0.0] * n),
+            for var, budget, add in (("sft", 0, [-grpo_gain] * n), ("grpo", 100, [0.0] * n),
                                      ("gspo", 100, [offset + shift + e for e in scatter])):
                 probs = {f"p{i}": base[i] + add[i] for i in range(n)}
                 evals.append({"variant": var, "algorithm": var, "seed": s, "budget": budget,
@@ -404,6 +406,21 @@ def test_a_benchmark_that_goes_the_other_way_makes_the_verdict_inconclusive():
     assert v["clipping"] == "inconclusive at this sample size"      # cf may be 0.03 worse
     assert _verdicts(_claims_report(0.05, cf_offset=-0.2))["clipping"] == "not reproduced"
     assert _verdicts(_claims_report(0.05, cf_offset=0.0))["compute"] == "reproduced"
+
+
+def test_the_margin_is_a_share_of_grpos_own_gain_over_the_sft_model():
+    # GRPO gains 0.5 over SFT: GSPO may lose up to 0.1 and still learn "at least as well"
+    assert _verdicts(_claims_report(0.05, cf_offset=-0.03, grpo_gain=0.5))["clipping"] == \
+        "reproduced"
+    assert _verdicts(_claims_report(0.05, cf_offset=-0.2, grpo_gain=0.5))["clipping"] == \
+        "not reproduced"
+    # GRPO gains nothing: there is no gain to keep, and only a higher score shows GSPO at least
+    # as good (a fixed 0.03 margin called equal scores "reproduced" here)
+    flat = {c["key"]: c for c in _claims_report(0.0, grpo_gain=0.0).claims}["clipping"]
+    assert flat["verdict"] == "inconclusive at this sample size"
+    assert flat["margins"] == {"aime": 0.0} and "no gain over the SFT model" in flat["why"]
+    assert _verdicts(_claims_report(0.05, grpo_gain=0.0))["clipping"] == "reproduced"
+    assert _verdicts(_claims_report(-0.1, grpo_gain=0.0))["clipping"] == "not reproduced"
 
 
 def test_a_small_noisy_sample_is_inconclusive_not_a_verdict_either_way():

@@ -12,8 +12,16 @@ measured numbers are still shown. The rules, given enough runs:
 
 (a) clipping vs learning: GSPO clips many more tokens (ratio of mean clipped-token fractions,
     GSPO/GRPO, > 1 in every seed) and learns at least as well: reproduced when every
-    benchmark's interval lies above -NONINFERIORITY; not reproduced when GSPO clips no more or
-    some benchmark's interval lies wholly below -NONINFERIORITY; otherwise inconclusive;
+    benchmark's interval lies above -margin; not reproduced when GSPO clips no more or some
+    benchmark's interval lies wholly below -margin; otherwise inconclusive. The margin is that
+    of a non-inferiority trial against an active control (FDA, "Non-Inferiority Clinical
+    Trials to Establish Effectiveness", 2016: M2 a fraction of M1, the control's effect over
+    placebo taken at the conservative end of its interval): a loss of at most
+    NONINFERIORITY_FRACTION of the gain GRPO demonstrably makes over the SFT model, i.e. of the
+    lower end of GRPO - SFT's interval on that benchmark, and 0 where GRPO shows no gain. A fixed
+    margin (0.03 pass@1 here before) measured nothing on a benchmark where RL itself gains less
+    than that, and a verdict decided by where a noisy interval ends against it flipped between
+    seed sets (docs/EXPERIMENTS.md); with a margin of 0 "at least as well" needs GSPO higher;
 (b) score at matched training compute: both take the same steps, so the final budget is matched
     compute when the FLOPs agree within COMPUTE_TOLERANCE; reproduced when some benchmark's
     interval lies above 0 and none below, not reproduced when some lies below 0 and none above,
@@ -35,7 +43,7 @@ import statistics
 from pipeline.report import stats
 from pipeline.report.resample import MIN_RUNS, TOO_FEW_RUNS
 
-NONINFERIORITY = 0.03       # pass@1: "at least as well" tolerates a loss this small
+NONINFERIORITY_FRACTION = 0.2   # "at least as well": GSPO keeps >= 80% of GRPO's gain over SFT
 COMPUTE_TOLERANCE = 0.10    # relative FLOPs difference still counted as matched compute
 CLAIMS = {
     "clipping": "(a) GSPO clips far more tokens (~100x) yet learns at least as well as GRPO",
@@ -85,30 +93,48 @@ def _diffs_text(diffs: dict) -> str:
     return "; ".join(f"{b} {_interval(d)}" for b, d in diffs.items())
 
 
-def clipping(groups: dict, diffs: dict, conf: float) -> dict:
-    """(a): more clipping in every seed, and no benchmark worse beyond the margin."""
+def margin(control_vs_sft_low) -> float:
+    """The non-inferiority margin on a benchmark: NONINFERIORITY_FRACTION of the control's
+    demonstrated gain over the SFT model (the lower end of its interval), 0 without one."""
+    if control_vs_sft_low is None:
+        return 0.0
+    return NONINFERIORITY_FRACTION * max(0.0, control_vs_sft_low)
+
+
+def _margins_text(margins: dict) -> str:
+    return ", ".join(f"{b} {m:.3f}" for b, m in margins.items())
+
+
+def clipping(groups: dict, diffs: dict, conf: float, margins: dict) -> dict:
+    """(a): more clipping in every seed, and no benchmark worse beyond its margin (`margins`:
+    benchmark -> margin())."""
     ratios = _seed_clip_ratios(groups["gspo"], groups["grpo"])
     if not ratios or not diffs:
         return _row("clipping", "-", "not measured here", "no clip fractions or scores of both")
     mean_ratio = statistics.mean(ratios)
     measured = (f"clip ratio GSPO/GRPO {mean_ratio:.1f}x (seeds {min(ratios):.1f}-"
-                f"{max(ratios):.1f}x); pass@1 GSPO - GRPO: {_diffs_text(diffs)}")
-    worse = [b for b, d in diffs.items() if d["diff_ci_high"] < -NONINFERIORITY]
-    unsure = [b for b, d in diffs.items() if d["diff_ci_low"] <= -NONINFERIORITY]
+                f"{max(ratios):.1f}x); pass@1 GSPO - GRPO: {_diffs_text(diffs)}; margins "
+                f"({NONINFERIORITY_FRACTION:.0%} of GRPO's gain over SFT): "
+                f"{_margins_text(margins)}")
+    worse = [b for b, d in diffs.items() if d["diff_ci_high"] < -margins[b]]
+    unsure = [b for b, d in diffs.items() if d["diff_ci_low"] <= -margins[b]]
     if min(ratios) <= 1 or worse:
         verdict = "not reproduced"
         why = ("GSPO clipped no more tokens than GRPO in some seed" if min(ratios) <= 1 else
-               f"GSPO scored lower by more than {NONINFERIORITY} on {', '.join(worse)} (the "
-               f"whole {conf:.0%} interval)")
+               f"GSPO scored lower by more than its margin on {', '.join(worse)} (the whole "
+               f"{conf:.0%} interval)")
     elif not unsure:
         verdict = "reproduced"
-        why = (f"GSPO clipped more in every seed and every benchmark's interval lies above "
-               f"-{NONINFERIORITY} (the non-inferiority margin)")
+        why = ("GSPO clipped more in every seed and every benchmark's interval lies above "
+               "minus its margin")
     else:
+        flat = [b for b in unsure if margins[b] == 0]
         verdict = "inconclusive at this sample size"
-        why = (f"the interval on {', '.join(unsure)} reaches below -{NONINFERIORITY}: a loss "
-               "cannot be ruled out")
-    return _row("clipping", measured, verdict, why, clip_ratio=mean_ratio)
+        why = (f"the interval on {', '.join(unsure)} reaches below minus its margin: a loss "
+               "cannot be ruled out" + (
+                   f" (on {', '.join(flat)} GRPO shows no gain over the SFT model to keep, so "
+                   "only a higher score would show GSPO learns at least as well)" if flat else ""))
+    return _row("clipping", measured, verdict, why, clip_ratio=mean_ratio, margins=margins)
 
 
 def compute(groups: dict, diffs: dict, conf: float) -> dict:
@@ -178,7 +204,10 @@ def moe(report) -> dict:
                 verdict, last or "see the MoE section")
 
 
-def engine(report) -> dict:
+def engine(report, rows_of: dict) -> dict:
+    """(e): the GSPO variant on the engine's likelihoods against its baseline, non-inferior
+    within the margin of the baseline's gain over the SFT model (`rows_of`: (variant,
+    benchmark) -> final-score row)."""
     rows = [c for c in report.comparisons if c.get("logprob_gap_token") is not None
             and c.get("baseline_logprob_gap_token") is None and c.get("diff") is not None
             and c["algorithm"] == "gspo"]
@@ -189,13 +218,14 @@ def engine(report) -> dict:
     c = rows[0]
     measured = (f"{c['variant']} - {c['baseline']} ({c['benchmark']} pass@1) {_interval(c)}, "
                 f"log-prob gap per token {c['logprob_gap_token']:.2e}")
-    if c["diff_ci_high"] < 0 and c["diff_ci_low"] < -NONINFERIORITY:
+    m = margin((rows_of.get((c["baseline"], c["benchmark"])) or {}).get("vs_sft_ci_low"))
+    if c["diff_ci_high"] < -m:
         verdict, why = "not reproduced", "the engine's likelihoods made GSPO score lower"
-    elif c["diff_ci_low"] > -NONINFERIORITY:
-        verdict, why = "reproduced", f"the interval lies above -{NONINFERIORITY}"
+    elif c["diff_ci_low"] > -m:
+        verdict, why = "reproduced", f"the interval lies above -{m:.3f} (its margin)"
     else:
         verdict, why = "inconclusive at this sample size", \
-            f"the interval reaches below -{NONINFERIORITY}"
+            f"the interval reaches below -{m:.3f} (its margin)"
     return _enough_runs(_row("engine", measured, verdict, why), c.get("runs"))
 
 
@@ -215,11 +245,12 @@ def claims(report) -> list[dict]:
     # the fewest training runs behind a number of (a) and (b): each algorithm's, each interval's
     runs = min([len(groups[a]) for a in ("gspo", "grpo") if a in groups]
                + [d["runs"] for d in diffs.values() if d.get("runs") is not None], default=None)
-    out = []
-    for key, fn in (("clipping", clipping), ("compute", compute)):
-        out.append(_enough_runs(fn(groups, diffs, conf), runs) if both else
-                   _row(key, "-", "not measured here", "needs the variants gspo and grpo"))
-    out += [stability(report.stability), moe(report), engine(report)]
+    margins = {b: margin((rows_of.get(("grpo", b)) or {}).get("vs_sft_ci_low")) for b in diffs}
+    out = [_enough_runs(clipping(groups, diffs, conf, margins), runs) if both else
+           _row("clipping", "-", "not measured here", "needs the variants gspo and grpo"),
+           _enough_runs(compute(groups, diffs, conf), runs) if both else
+           _row("compute", "-", "not measured here", "needs the variants gspo and grpo")]
+    out += [stability(report.stability), moe(report), engine(report, rows_of)]
     return out
 
 

@@ -84,7 +84,7 @@ def _scores(report) -> list[str]:
 
 
 def _claims(report) -> list[str]:
-    from pipeline.report.claims import NONINFERIORITY
+    from pipeline.report.claims import NONINFERIORITY_FRACTION
 
     rows = []
     for c in report.claims:
@@ -98,7 +98,9 @@ def _claims(report) -> list[str]:
         "<h2>The paper's claims: what this run found</h2>",
         f"<p>Differences at the final budget, with {report.settings['confidence']:.0%} "
         f"intervals over training runs and problems (paired by seed; see Final scores); "
-        f"\"at least as well\" allows a loss of at most {NONINFERIORITY} pass@1. A verdict is "
+        f"\"at least as well\" allows a loss of at most {NONINFERIORITY_FRACTION:.0%} of the gain "
+        "the compared baseline demonstrably makes over the SFT model (the lower end of its "
+        "interval; 0 where it shows none: a non-inferiority margin as trials set one). A verdict is "
         f"never stronger than its interval, and needs at least {MIN_RUNS} training runs of each "
         "compared variant.</p>",
         "<div class='wide claims'><table><tr><th>claim</th><th>measured</th><th>verdict</th>"
