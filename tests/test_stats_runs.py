@@ -154,3 +154,27 @@ def test_an_interval_holds_its_estimate_where_nothing_varies():
     for arms in ([resample.Arm(1.0, x)], [resample.Arm(1.0, x), resample.Arm(-1.0, x * 0.3)]):
         ci = resample.interval(arms, iters=300, confidence=0.95)
         assert ci["ci_low"] <= ci["estimate"] <= ci["ci_high"]
+
+
+def test_the_elo_interval_adds_what_the_runs_add_to_the_likelihood_ratio_one():
+    from pipeline.report.stats import elo
+
+    rng = np.random.default_rng(3)
+    ratings = {f"p{i}": float(r) for i, r in enumerate(rng.uniform(800, 2000, 60))}
+    ids = sorted(ratings)
+    es = [{"ratings": ratings}]
+    base = np.array([1.0 if ratings[i] < 1300 else 0.0 for i in ids])
+    alike = [base.tolist()] * 5
+    # runs that differ: each solves up to its own rating (1100 ... 1500), the mean as `alike`
+    differ = [[1.0 if ratings[i] < c else 0.0 for i in ids] for c in (1100, 1200, 1300, 1400, 1500)]
+    lr = elo(es, ids, base.tolist(), confidence=0.95)              # over problems alone
+    same = elo(es, ids, base.tolist(), confidence=0.95, per_run=alike)
+    spread = elo(es, ids, np.mean(differ, axis=0).tolist(), confidence=0.95, per_run=differ)
+    assert same["elo_low"] == pytest.approx(lr["elo_low"]) and same["elo_var_share_runs"] == 0.0
+    assert same["elo_per_seed"] == pytest.approx([lr["elo"]] * 5)
+    assert spread["elo_per_seed"] == sorted(spread["elo_per_seed"])          # in run order
+    assert spread["elo_var_share_runs"] > 0.3
+    assert spread["elo_low"] < spread["elo"] < spread["elo_high"]
+    assert spread["elo_high"] - spread["elo_low"] > 1.3 * (lr["elo_high"] - lr["elo_low"])
+    assert "elo_per_seed" not in lr and "elo_per_seed" not in elo(
+        es, ids, base.tolist(), confidence=0.95, per_run=alike[:1])      # one run: nothing to add

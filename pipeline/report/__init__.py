@@ -20,8 +20,9 @@ writes DIR (default results/<experiment>/report/):
   the run-to-run share of its variance; the seed range beside it, each run's pass@1 in
   summary.json's per_seed and as dots in the figure), and the SFT model's score as the baseline
   (one fixed run) with the difference to it; CodeForces rows add the Elo of the problems solved
-  (elo, elo_low, elo_high, elo_percentile: a likelihood-ratio interval over problems, the scores
-  averaged over seeds; also in summary.json, and against compute in score_vs_compute.png);
+  (elo, elo_low, elo_high, elo_percentile: the scores averaged over seeds; the interval is the
+  likelihood-ratio one over problems with the run-to-run variance of each run's own Elo added,
+  stats.elo; also in summary.json, and against compute in score_vs_compute.png);
 - stability.csv: per run, best and final smoothed reward and whether it collapsed (the rule
   below), its MLflow status and skipped non-finite updates;
 - variants.csv: each configured variant against its baseline (config `variants`, e.g. GSPO with

@@ -77,7 +77,9 @@ def _scores(report) -> list[str]:
         "(<code>vs_sft_var_share_runs</code>: its run-to-run share).</p>",
         _intervals(report),
         "<p>CodeForces rows also give the Elo of the problems solved at the final budget "
-        "(scores averaged over seeds), with its likelihood-ratio interval and percentile among "
+        "(scores averaged over seeds), with an interval over training runs and problems (the "
+        "likelihood-ratio interval over problems widened by the spread of each run's own Elo) "
+        "and its percentile among "
         "a reference distribution of human ratings (evaluators.codeforces; normal, mean 1400, "
         "sd 350: an approximation, not official data).</p>",
         table(report.table, PAGE_TABLE_COLS)]

@@ -154,24 +154,51 @@ def _score_row(es: list[dict], *, iters: int, confidence: float, fixed: bool = F
             "ci_high": hi, "seed_min": min(per_seed), "seed_max": max(per_seed),
             "per_seed": per_seed, "seed_ids": [e["seed"] for e in es],
             "n_problems": len(common) or es[0].get("n_problems"), **split,
-            **elo(es, common, per_problem, confidence=confidence),
+            **elo(es, common, per_problem, confidence=confidence,
+                  per_run=x.tolist() if common and not fixed else None),
             "_runs": runs if common else [], "_fixed": fixed}
 
 
-def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: float) -> dict:
+def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: float,
+        per_run: list[list[float]] | None = None) -> dict:
     """CodeForces-style Elo of one variant (evaluators.codeforces.estimate_rating): a problem
     counts as solved when its score, averaged over seeds, is at least 0.5 (as one run's
-    summary counts it); likelihood-ratio interval and percentile among the reference ratings.
-    {} for benchmarks whose problems carry no rating."""
-    from evaluators.codeforces import estimate_rating
+    summary counts it); percentile among the reference ratings. {} for benchmarks whose
+    problems carry no rating.
+
+    The interval: the likelihood-ratio interval over problems, and with `per_run` (each
+    training run's scores on `ids`, two or more runs) the run-to-run variance of the runs' own
+    Elos added to it, side by side, widened by t / z at the Welch-Satterthwaite degrees of
+    freedom, as resample does for pass@1 (each run's Elo also carries its own problem noise, so
+    this errs wide). elo_per_seed and elo_var_share_runs say what the runs contributed."""
+    from statistics import NormalDist
+
+    from evaluators.codeforces import RATING_RANGE, estimate_rating
 
     ratings = es[0].get("ratings") or {}
     outcomes = [(ratings[i], s >= 0.5) for i, s in zip(ids, scores) if i in ratings]
     if not outcomes:
         return {}
     r = estimate_rating(outcomes, confidence=confidence)
-    return {"elo": r["rating"], "elo_low": r["low"], "elo_high": r["high"],
-            "elo_percentile": r["percentile"], "elo_bounded": r["bounded"]}
+    out = {"elo": r["rating"], "elo_low": r["low"], "elo_high": r["high"],
+           "elo_percentile": r["percentile"], "elo_bounded": r["bounded"]}
+    if not per_run or len(per_run) < 2:
+        return out
+    own = [estimate_rating([(ratings[i], s >= 0.5) for i, s in zip(ids, run) if i in ratings],
+                           confidence=confidence)["rating"] for run in per_run]
+    var_runs = statistics.variance(own) / len(own)
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    sides = []
+    for half in (r["rating"] - r["low"], r["high"] - r["rating"]):
+        var_problems = (half / z) ** 2
+        dof = resample.satterthwaite([(var_runs, len(own) - 1), (var_problems, math.inf)])
+        sides.append(resample.t_quantile(1 - (1 - confidence) / 2, dof) if not math.isinf(dof)
+                     else z)
+        sides[-1] *= math.sqrt(var_problems + var_runs)
+    share = var_runs / (var_runs + ((r["high"] - r["low"]) / (2 * z)) ** 2 or 1.0)
+    return {**out, "elo_low": max(r["rating"] - sides[0], RATING_RANGE[0]),
+            "elo_high": min(r["rating"] + sides[1], RATING_RANGE[1]),
+            "elo_per_seed": own, "elo_var_share_runs": share}
 
 
 def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
