@@ -174,16 +174,34 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
     return total
 
 
-def full_state_dict(model, world: World, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
+def full_state_dict(model, world: World, *, rank0_only: bool = False,
+                    dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The whole model's parameters and buffers as plain tensors, on every rank (to sync a
-    rollout engine), or with rank0_only on rank 0 alone, in CPU memory (to publish the model or
-    score it; the other ranks get an empty dict). Every rank must call it when sharded."""
+    rollout engine), or with rank0_only on rank 0 alone (to publish the model or score it; the
+    other ranks get an empty dict). Every rank must call it when sharded.
+
+    Sharded, the tensors are gathered one at a time and moved to host memory (floating ones
+    cast to `dtype` when given) before the next: the device holds at most one whole tensor
+    beyond the shards, the largest (the embeddings), where gathering the state dict on the
+    device took the whole model in fp32 on every GPU (gspo.memory_plan: +46 GiB each for 8B).
+    A world of one returns the model's own state dict."""
     if not world.distributed:
         return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    if rank0_only:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_model_state_dict)
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                cpu_offload=rank0_only))
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                    cpu_offload=True))
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for name, t in model.state_dict().items():
+        full = t.full_tensor() if isinstance(t, DTensor) else t        # collective, one tensor
+        cast = dtype if dtype is not None and full.is_floating_point() else full.dtype
+        out[name] = full.detach().to(device="cpu", dtype=cast)
+        del full
+    return out
 
 
 def unsharded_copy(model, world: World):

@@ -274,6 +274,8 @@ class Trainer:
                     # whatever this minibatch clips comes from the engine/trainer mismatch alone.
                     first["clip_frac_onpolicy"] = rec.get("clip_frac_tokens", 0.0)
                 per_mb.append(rec)
+        # the gradients' memory goes back before the rollout engine wakes (gspo.memory_plan)
+        self.opt.zero_grad(set_to_none=True)
         return (step_metrics.update_summary(per_mb, first), skipped,
                 step_metrics.first_minibatch(first))
 
@@ -404,7 +406,8 @@ class Trainer:
         n_local = batch["input_ids"].shape[0]
         rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
         upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step, rows=rows)
-        self.engine.update_weights(dist.full_state_dict(self.policy, self.world))
+        self.engine.update_weights(dist.full_state_dict(
+            self.policy, self.world, dtype=getattr(torch, self.cfg.rollout.dtype)))
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
         t4 = time.perf_counter()

@@ -52,6 +52,11 @@ def main(model_dir, data, out):
             if world.main:
                 torch.save({"params": params, "metrics": upd, "skipped": skipped},
                            f"{out}/{algorithm}-{agg}.pt")
+            if world.distributed and (algorithm, agg) == ("grpo", AGGS[0]):
+                # the engine sync's gather: one tensor at a time, to host memory, cast
+                half = dist.full_state_dict(tr.policy, world, dtype=torch.bfloat16)
+                if world.main:
+                    torch.save({"half": half, "params": params}, f"{out}/sync.pt")
     dist.close(world)
 
 

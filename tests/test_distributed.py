@@ -65,6 +65,14 @@ def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_eac
         assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-7), k
 
 
+def test_the_sync_gathers_every_tensor_to_host_memory_in_the_engines_dtype(one_update_each):
+    sync = one_update_each[2][("sync",)]
+    assert set(sync["half"]) == set(sync["params"])
+    for name, h in sync["half"].items():
+        assert h.device.type == "cpu" and h.dtype == torch.bfloat16, name
+        assert torch.equal(h, sync["params"][name].to(torch.bfloat16)), name
+
+
 TIMING = ("time_", "wall_s")
 
 

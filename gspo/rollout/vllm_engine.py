@@ -363,6 +363,9 @@ class VLLMEngine:
         """Sleep mode: bring back the weights (before a weight sync) or the KV cache (before
         sampling); a no-op when awake or without sleep mode."""
         if self.sleeping:
+            # the trainer's freed blocks stay in torch's cache unless handed back, and the
+            # engine wakes into what the driver has free
+            torch.cuda.empty_cache()
             self.llm.wake_up(tags=[tags])
             self.sleeping = tags != "kv_cache"
 
