@@ -97,6 +97,27 @@ def trim_padding(sub: dict) -> dict:
             "target_mask": sub["target_mask"][:, :max(L - 1, 1)]}
 
 
+def micro_batched(forward, batch: dict, micros: list[torch.Tensor], n_micro: int, *,
+                  trim: bool, n_out: int) -> list[torch.Tensor]:
+    """`forward(sub)` -> a tuple of `n_out` (b, t) tensors, run over `batch`'s micro-batches
+    `micros` (row indices; padding trimmed when `trim`) and laid back out as (B, T) tensors in
+    row order. n_micro >= len(micros) passes run in all: the extra ones over row 0, their
+    outputs dropped, so a rank short of micro-batches still joins FSDP's collectives."""
+    B, T = batch["target_mask"].shape
+    outs = [batch["target_mask"].new_zeros(B, T, dtype=torch.float32) for _ in range(n_out)]
+    for j in range(n_micro):
+        idx = micros[j] if j < len(micros) else torch.zeros(1, dtype=torch.long)
+        sub = {k: v[idx] for k, v in batch.items()}
+        res = forward(trim_padding(sub) if trim else sub)
+        if j >= len(micros):
+            continue
+        for k, r in enumerate(res):
+            if outs[k].dtype != r.dtype:
+                outs[k] = outs[k].to(r.dtype)
+            outs[k][idx.to(r.device), :r.shape[1]] = r      # trimmed: the rows' own width
+    return outs
+
+
 def pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
     """(b, T) right-padded with zeros to (b, width)."""
     return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t

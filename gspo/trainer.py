@@ -28,8 +28,8 @@ from gspo import moe, objectives, step_metrics, tokens
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
                              STATE)
 from gspo.config import RLConfig, to_dict
-from gspo.data import (Mix, micro_batches, pad_batch, pad_to, sequence_logprobs,
-                       trim_padding)
+from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to,
+                       sequence_logprobs, trim_padding)
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
@@ -188,40 +188,24 @@ class Trainer:
 
     def _chunked(self, batch, with_entropy=False):
         """Log-probs (and entropy), each (B, T), of a no-grad pass over `batch` in the update's
-        micro-batches (micro_batch_size rows, or max_tokens_per_micro_batch tokens, padding
-        trimmed): without them the old-log-prob pass of a real-scale step is one forward over
-        256 sequences of ~8K tokens. Every rank runs as many forwards as the busiest (FSDP's
-        collectives need them all). MoE runs keep the rows in order (a token budget is refused
-        for them: their routing records are laid out by row)."""
+        micro-batches (gspo.data.micro_batched): without them the old-log-prob pass of a
+        real-scale step is one forward over 256 sequences of ~8K tokens. MoE runs keep the rows
+        in order (a token budget is refused for them: their routing records are laid by row)."""
         cfg = self.cfg
-        B, T = batch["target_mask"].shape
-        micros = micro_batches(torch.arange(B), batch["attention_mask"].sum(1).cpu(),
-                               cfg.micro_batch_size, cfg.max_tokens_per_micro_batch)
+        micros = micro_batches(torch.arange(batch["input_ids"].shape[0]),
+                               batch["attention_mask"].sum(1).cpu(), cfg.micro_batch_size,
+                               cfg.max_tokens_per_micro_batch)
         n_micro = int(dist.all_reduce(torch.tensor(len(micros)), self.world, "max"))
-        logp = ent = None
-        for j in range(n_micro):
-            real = j < len(micros)
-            idx = micros[j] if real else torch.zeros(1, dtype=torch.long)
-            sub = {k: v[idx] for k, v in batch.items()}
-            if cfg.max_tokens_per_micro_batch:
-                sub = trim_padding(sub)
+
+        def forward(sub):
             with self._compute():
-                out = sequence_logprobs(self.policy, sub, self.cfg.temperature,
-                                        with_entropy=with_entropy, chunk=self.cfg.logprob_chunk)
-            if not real:
-                continue
-            lp, e = out if with_entropy else (out, None)
-            if logp is None:
-                logp = lp.new_zeros(B, T)
-                ent = lp.new_zeros(B, T) if with_entropy else None
-            w = lp.shape[1]                                # trimmed: the rows' own width
-            logp[idx.to(lp.device), :w] = lp
-            if with_entropy:
-                ent[idx.to(lp.device), :w] = e
-        if logp is None:                                   # no rows on this rank
-            logp = batch["target_mask"].new_zeros(B, T, dtype=torch.float32)
-            ent = logp.clone() if with_entropy else None
-        return (logp, ent) if with_entropy else logp
+                out = sequence_logprobs(self.policy, sub, cfg.temperature,
+                                        with_entropy=with_entropy, chunk=cfg.logprob_chunk)
+            return out if with_entropy else (out,)
+
+        outs = micro_batched(forward, batch, micros, n_micro, n_out=1 + with_entropy,
+                             trim=bool(cfg.max_tokens_per_micro_batch))
+        return tuple(outs) if with_entropy else outs[0]
 
     def update(self, batch, old_logp, adv, step: int, rows=None) -> tuple[dict, int, dict]:
         """epochs x minibatches optimizer steps.
