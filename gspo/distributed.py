@@ -63,7 +63,7 @@ def close(world: World) -> None:
         dist.destroy_process_group()
 
 
-# Every collective of the library goes through the helpers below (tests/test_distributed.py reads
+# Every collective of the library goes through the helpers below (tests/test_device_path.py reads
 # the sources to hold that): nccl serves only CUDA tensors and gloo CPU ones, and a count made
 # with torch.tensor(...) lives on the CPU, so a collective called on it directly passes the gloo
 # tests and stops the first GPU run.

@@ -24,7 +24,7 @@ Each rank holds (bytes; P parameters, N ranks, FSDP2 full sharding, bf16 compute
 
 Estimates, not measurements: activations follow the shapes of a Qwen3 decoder layer with SDPA
 attention (no T x T scores kept), and the allocator's fragmentation is folded into the reserve.
-benchmarks/gpu_check.py measures the real peaks on a GPU."""
+No GPU has checked them yet (docs/EXPERIMENTS.md)."""
 
 from __future__ import annotations
 
