@@ -176,29 +176,28 @@ def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: floa
     from evaluators.codeforces import RATING_RANGE, estimate_rating
 
     ratings = es[0].get("ratings") or {}
-    outcomes = [(ratings[i], s >= 0.5) for i, s in zip(ids, scores) if i in ratings]
-    if not outcomes:
+
+    def outcomes(run_scores):
+        return [(ratings[i], s >= 0.5) for i, s in zip(ids, run_scores) if i in ratings]
+
+    if not outcomes(scores):
         return {}
-    r = estimate_rating(outcomes, confidence=confidence)
+    r = estimate_rating(outcomes(scores), confidence=confidence)
     out = {"elo": r["rating"], "elo_low": r["low"], "elo_high": r["high"],
            "elo_percentile": r["percentile"], "elo_bounded": r["bounded"]}
     if not per_run or len(per_run) < 2:
         return out
-    own = [estimate_rating([(ratings[i], s >= 0.5) for i, s in zip(ids, run) if i in ratings],
-                           confidence=confidence)["rating"] for run in per_run]
+    own = [estimate_rating(outcomes(run), confidence=confidence)["rating"] for run in per_run]
     var_runs = statistics.variance(own) / len(own)
     z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    sides = []
-    for half in (r["rating"] - r["low"], r["high"] - r["rating"]):
-        var_problems = (half / z) ** 2
-        dof = resample.satterthwaite([(var_runs, len(own) - 1), (var_problems, math.inf)])
-        sides.append(resample.t_quantile(1 - (1 - confidence) / 2, dof) if not math.isinf(dof)
-                     else z)
-        sides[-1] *= math.sqrt(var_problems + var_runs)
-    share = var_runs / (var_runs + ((r["high"] - r["low"]) / (2 * z)) ** 2 or 1.0)
-    return {**out, "elo_low": max(r["rating"] - sides[0], RATING_RANGE[0]),
-            "elo_high": min(r["rating"] + sides[1], RATING_RANGE[1]),
-            "elo_per_seed": own, "elo_var_share_runs": share}
+    var_problems = [((r["rating"] - r["low"]) / z) ** 2, ((r["high"] - r["rating"]) / z) ** 2]
+    low, high = (resample.widening(resample.satterthwaite([(var_runs, len(own) - 1),
+                                                           (v, math.inf)]), confidence)
+                 * z * math.sqrt(v + var_runs) for v in var_problems)
+    total = var_runs + ((r["high"] - r["low"]) / (2 * z)) ** 2
+    return {**out, "elo_low": max(r["rating"] - low, RATING_RANGE[0]),
+            "elo_high": min(r["rating"] + high, RATING_RANGE[1]),
+            "elo_per_seed": own, "elo_var_share_runs": var_runs / total if total else 0.0}
 
 
 def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
