@@ -32,16 +32,31 @@ RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.
 
 
 def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,
-                    meta: dict | None = None, weights: dict | None = None) -> pathlib.Path:
+                    meta: dict | None = None, weights: dict | None = None,
+                    precision: str = "fp32") -> pathlib.Path:
     """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state + META) via a temp dir +
     rename. `weights`: the full state dict to write when `model` itself is sharded."""
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
     with atomic_dir(final) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True, state_dict=untied(model, weights))
+        save_model_files(model, tmp, weights, precision)
         tokenizer.save_pretrained(tmp)
         torch.save(state, tmp / STATE)
         write_json(tmp / META, {"step": step, **(meta or {})})
     return final
+
+
+def save_model_files(model, folder, weights: dict | None, precision: str) -> None:
+    """The model as Hugging Face files in the precision it computes in (`weights`: its full
+    state dict when `model` is sharded): bf16 training writes bf16 files, as published
+    checkpoints are, half the size of its fp32 master weights (33 GB for an 8B model). The
+    masters an exact resume needs go into the RL checkpoint's Distributed Checkpoint, sharded."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    if dtype != torch.float32:
+        weights = {k: v.to(dtype) if v.is_floating_point() else v
+                   for k, v in (model.state_dict() if weights is None else weights).items()}
+    model.save_pretrained(folder, safe_serialization=True, state_dict=untied(model, weights))
+    conf = pathlib.Path(folder) / "config.json"   # save_pretrained names the parameters' dtype
+    write_json(conf, {**json.loads(conf.read_text()), "dtype": str(dtype).split(".")[1]})
 
 
 def untied(model, weights: dict | None) -> dict | None:
@@ -221,21 +236,24 @@ def signals_deferred():
 
 
 def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, state: dict,
-                       meta: dict) -> pathlib.Path:
-    """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files (full tensors; sharded,
-    gathered on rank 0 in CPU memory: what evaluation and vLLM load), the optimizer state as a
+                       meta: dict, precision: str = "fp32") -> pathlib.Path:
+    """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files in its compute precision
+    (save_model_files; full tensors, sharded gathered on rank 0 in CPU memory: what evaluation
+    and vLLM load), the optimizer state (and with bf16 files the fp32 master weights) as a
     Distributed Checkpoint (OPTIM) of which every rank writes its own shards (no rank holds all
     of it, and it loads into any number of ranks), and the trainer's `state`, written last by
     rank 0: the completion marker. Everything goes into one temp folder that rank 0 renames into
     place, so a checkpoint is complete or absent (a killed run's temp folder is pruned). A stop
     signal arriving meanwhile takes effect once it is written (signals_deferred)."""
     with signals_deferred():
-        return _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta)
+        return _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world,
+                                   {**state, "masters": precision != "fp32"}, meta, precision)
 
 
-def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta):
+def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta, precision):
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
+                                                         get_optimizer_state_dict)
 
     from gspo import distributed as dist
 
@@ -246,11 +264,12 @@ def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, m
         tmp.mkdir(parents=True)
     dist.barrier(world)
     with _single_process_is_meant():
-        dcp.save({"optimizer": get_optimizer_state_dict(policy, opt)},
+        masters = {"model": get_model_state_dict(policy)} if state["masters"] else {}
+        dcp.save({"optimizer": get_optimizer_state_dict(policy, opt), **masters},
                  checkpoint_id=tmp / OPTIM, no_dist=not world.distributed)
     weights = dist.full_state_dict(policy, world, rank0_only=True) if world.distributed else None
     if world.main:
-        policy.save_pretrained(tmp, safe_serialization=True, state_dict=untied(policy, weights))
+        save_model_files(policy, tmp, weights, precision)
         tokenizer.save_pretrained(tmp)
         write_json(tmp / META, {"step": step, **meta})
         torch.save(state, tmp / STATE)
@@ -261,19 +280,26 @@ def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, m
     return final
 
 
-def load_optimizer(policy, opt, ckpt_dir: pathlib.Path, st: dict) -> None:
+def load_training_state(policy, opt, ckpt_dir: pathlib.Path, st: dict) -> None:
     """The optimizer state of checkpoint `ckpt_dir` (see save_rl_checkpoint), resharded to this
-    world's ranks; `st` is its trainer state (checkpoints written before the Distributed
+    world's ranks, and its fp32 master weights where its model files hold bf16 (`policy` was
+    loaded from those); `st` is its trainer state (checkpoints written before the Distributed
     Checkpoint format hold the optimizer's own state dict there)."""
     if "optimizer" in st:
         opt.load_state_dict(st["optimizer"])
         return
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_optimizer_state_dict,
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
+                                                         get_optimizer_state_dict,
+                                                         set_model_state_dict,
                                                          set_optimizer_state_dict)
 
     state = {"optimizer": get_optimizer_state_dict(policy, opt)}
+    if st.get("masters"):
+        state["model"] = get_model_state_dict(policy)
     with _single_process_is_meant():
         dcp.load(state, checkpoint_id=ckpt_dir / OPTIM,
                  no_dist=not torch.distributed.is_initialized())
+    if "model" in state:
+        set_model_state_dict(policy, state["model"])
     set_optimizer_state_dict(policy, opt, state["optimizer"])

@@ -3,6 +3,7 @@ padded batches."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import torch
@@ -36,6 +37,17 @@ class Mix:
         weights = [w for _, w, _ in self.files]
         picks = rng.choices(range(len(self.files)), weights=weights, k=n)
         return [rng.choice(self.files[i][2]) for i in picks]
+
+
+def prompt_seed(seed: int, step: int, prompt: int) -> int:
+    """The sampling seed of step `step`'s `prompt`-th prompt (31 bits: vLLM multiplies it by n)."""
+    h = hashlib.sha256(f"rollout:{seed}:{step}:{prompt}".encode()).digest()
+    return int.from_bytes(h[:4], "big") >> 1
+
+
+def step_seed(seed: int, step: int, salt: int) -> int:
+    """A seed for the step's `salt`-th random draw (e.g. the minibatch shuffle)."""
+    return (seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1)
 
 
 def encoder(tokenizer):

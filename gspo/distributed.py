@@ -95,6 +95,16 @@ def all_gather_cat(t: torch.Tensor, world: World) -> torch.Tensor:
     return torch.cat(parts).to(t.device)
 
 
+def broadcast(t: torch.Tensor, world: World, src: int = 0) -> torch.Tensor:
+    """`t` overwritten in place with rank `src`'s values; returned for chaining."""
+    if world.distributed:
+        buf = on_collective_device(t, world)
+        dist.broadcast(buf, src)
+        if buf is not t:
+            t.copy_(buf)
+    return t
+
+
 def barrier(world: World) -> None:
     if world.distributed:
         dist.barrier()
@@ -137,6 +147,43 @@ def shard(model, world: World, precision: str = "fp32"):
     model.head_logprobs = types.MethodType(head_logprobs, model)
     register_fsdp_forward_method(model, "head_logprobs")
     return model
+
+
+def load_sharded(path, world: World, device: str, precision: str = "fp32", prepare=None):
+    """(model, tokenizer) of the model directory `path`, on `device` and sharded over the world
+    (shard). `prepare(model)` runs on the whole, unsharded module first (activation
+    checkpointing, checks).
+
+    Only rank 0 reads the weight files, into host memory; the other ranks build the model on
+    the meta device (no memory), shard it, allocate their shards and receive them from rank 0
+    (FSDP2's own broadcast_from_rank0), then rank 0's buffers (non-persistent ones, such as the
+    rotary frequencies, are in no state dict). Loading the whole fp32 model on every rank
+    before sharding took 8 host copies and a whole model on every GPU (issue 23 #5)."""
+    from gspo.models import load_model
+
+    if not world.distributed:
+        model, tok = load_model(path)
+        model.to(device)
+        if prepare is not None:
+            prepare(model)
+        return model, tok
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    model, tok = load_model(path, weights=world.main)
+    if prepare is not None:
+        prepare(model)
+    full = model.state_dict() if world.main else {}    # keeps rank 0's host copy past sharding
+    shard(model, world, precision)
+    if world.main:
+        model.to(device)
+    else:
+        model.to_empty(device=device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
+                                                               broadcast_from_rank0=True))
+    del full
+    for buf in model.buffers():
+        broadcast(buf, world)
+    return model, tok
 
 
 def compute_precision(precision: str, device: str, world: World):
@@ -204,17 +251,16 @@ def full_state_dict(model, world: World, *, rank0_only: bool = False,
     return out
 
 
-def unsharded_copy(model, world: World):
-    """A plain (unsharded) copy of `model` on rank 0, None on the others (collective)."""
+def unsharded_copy(model, world: World, dtype: torch.dtype = torch.float32):
+    """A plain (unsharded) copy of `model` in `dtype` on every rank, in host memory when
+    sharded (collective; for a rollout engine of its own, the CPU's torch engine)."""
     if not world.distributed:
         import copy
 
-        return copy.deepcopy(model)
-    weights = full_state_dict(model, world, rank0_only=True)
-    if not world.main:
-        return None
+        return copy.deepcopy(model).to(dtype=dtype)
+    weights = full_state_dict(model, world, dtype=dtype)
     from transformers import AutoModelForCausalLM
 
-    plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_config(model.config, dtype=dtype)
     plain.load_state_dict(weights)
     return plain

@@ -156,9 +156,11 @@ def build_tiny(preset: str, out_dir, seed: int = 0, corpus: list[str] | None = N
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def load_model(path, dtype: torch.dtype = torch.float32):
-    """Load a causal LM and tokenizer from a local directory (tiny preset output or real checkpoint)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_model(path, dtype: torch.dtype = torch.float32, weights: bool = True):
+    """Load a causal LM and tokenizer from a local directory (tiny preset output or real
+    checkpoint); weights=False builds the model on the meta device without reading its weight
+    files (gspo.distributed.load_sharded: the ranks that receive their shards)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     path = pathlib.Path(path)
     if not (path / "config.json").is_file():
@@ -167,6 +169,10 @@ def load_model(path, dtype: torch.dtype = torch.float32):
         raise FileNotFoundError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
                                 "copy the checkpoint's tokenizer files next to its weights")
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if not weights:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
+        return model, tokenizer
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model, tokenizer
 

@@ -27,7 +27,7 @@ from gspo.config import ConfigError, SFTConfig, to_dict
 from gspo.data import Mix, micro_batches, pad_batch, sequence_logprobs, trim_padding
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
-from gspo.models import PRESETS, build_tiny, enable_activation_checkpointing, load_model
+from gspo.models import PRESETS, build_tiny, enable_activation_checkpointing
 from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 
 Scorer = Callable[[dict, str], float]     # (record, completion) -> score in [0, 1]
@@ -43,31 +43,70 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
 
 
 def initial_model(model: str, init_seed: int, work_dir: pathlib.Path, build: bool = True,
-                  corpus: list[str] | None = None):
-    """A preset name builds a fresh random model under work_dir (build=False: loads the one
-    built there; a BPE preset trains its tokenizer on `corpus`); anything else is a path."""
-    if model in PRESETS:
-        path = work_dir / "init"
-        if build:
-            build_tiny(model, path, seed=init_seed, corpus=corpus)
-    else:
-        path = pathlib.Path(model)
-    return load_model(path)
+                  corpus: list[str] | None = None) -> pathlib.Path:
+    """The starting model's directory: a preset name builds a fresh random model under
+    work_dir (build=False: the one built there; a BPE preset trains its tokenizer on
+    `corpus`); anything else is a path."""
+    if model not in PRESETS:
+        return pathlib.Path(model)
+    path = work_dir / "init"
+    if build:
+        build_tiny(model, path, seed=init_seed, corpus=corpus)
+    return path
 
 
 @torch.no_grad()
-def greedy_accuracy(model, codec: tokens.Codec, records: list[dict], max_new_tokens: int,
-                    scorer: Scorer) -> float:
-    """Share of records solved by greedy decoding (a quick progress signal, not the evaluation);
-    `model` is an unsharded copy the check may change."""
-    from gspo.rollout.torch_engine import TorchEngine
+def greedy_decode(model, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int],
+                  world: dist.World = dist.World(), precision: str = "fp32") -> list[list[int]]:
+    """Greedy completions (stop token included) of `prompts` by the model's own forward with
+    its KV cache. Sharded, every rank calls it with its own prompts (maybe none) and the
+    ranks step together until all are done: each forward gathers the layers' shards from
+    every rank. (Gathering a whole copy to decode on rank 0 left the other ranks waiting on a
+    collective, into the watchdog's timeout at 8B: issue 23 #6.)"""
+    rows = prompts or [[stop_ids[0]]]      # a rank without prompts steps along on a dummy row
+    B, plen = len(rows), max(len(p) for p in rows)
+    dev = next(model.parameters()).device
+    ids = torch.zeros(B, plen, dtype=torch.long)
+    mask = torch.zeros(B, plen, dtype=torch.long)
+    for i, p in enumerate(rows):           # left-padded, so the last column is every row's
+        ids[i, plen - len(p):] = torch.tensor(p)
+        mask[i, plen - len(p):] = 1
+    pos = (mask.cumsum(1) - 1).clamp(min=0)                                   # (B, plen)
+    out: list[list[int]] = [[] for _ in rows]
+    done = torch.tensor([not prompts] * B)
+    stop = torch.tensor(stop_ids)
+    cache = None
+    for _ in range(max_new_tokens):
+        with dist.compute_precision(precision, dev.type, world):
+            res = model(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                        position_ids=pos.to(dev), past_key_values=cache, use_cache=True,
+                        logits_to_keep=1)
+        cache = res.past_key_values
+        tok = res.logits[:, -1].float().argmax(-1).cpu()                      # (B,)
+        for i in (~done).nonzero().flatten().tolist():
+            out[i].append(int(tok[i]))
+        done |= torch.isin(tok, stop)
+        if not dist.all_reduce(torch.tensor([int(not done.all())]), world, "max").item():
+            break
+        ids, pos = tok[:, None], pos[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], 1)
+    return out if prompts else []
 
-    engine = TorchEngine(None, model=model)
-    outs = engine.generate([codec.prompt(r["prompt"]) for r in records], n=1, temperature=0.0,
-                           max_new_tokens=max_new_tokens, seed=0,
-                           stop_token_ids=codec.stop_ids)
-    texts = [codec.decode(g[0].token_ids) for g in outs]
-    return sum(scorer(r, t) for r, t in zip(records, texts)) / max(len(records), 1)
+
+def greedy_accuracy(model, codec: tokens.Codec, records: list[dict], max_new_tokens: int,
+                    scorer: Scorer, world: dist.World = dist.World(),
+                    precision: str = "fp32") -> float:
+    """Share of records solved by greedy decoding (a quick progress signal, not the
+    evaluation), on every rank; sharded, each rank decodes and scores its slice of them."""
+    share = -(-len(records) // world.size)
+    mine = records[world.rank * share:(world.rank + 1) * share]
+    was_training = model.training
+    model.eval()
+    outs = greedy_decode(model, [codec.prompt(r["prompt"]) for r in mine], max_new_tokens,
+                         codec.stop_ids, world, precision)
+    model.train(was_training)
+    scores = [scorer(r, codec.decode(t)) for r, t in zip(mine, outs)]
+    return sum(dist.gather_objects(scores, world)) / max(len(records), 1)
 
 
 def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
@@ -97,16 +136,12 @@ def _setup(cfg: SFTConfig, out: pathlib.Path, world: dist.World, mix: Mix):
         torch.set_num_threads(cfg.threads)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    if world.main:
-        model, tok = initial_model(cfg.model, cfg.init_seed, out, corpus=[
-            r["prompt"] + r["solution"] for _, _, recs in mix.files for r in recs])
+    path = initial_model(cfg.model, cfg.init_seed, out, build=world.main, corpus=[
+        r["prompt"] + r["solution"] for _, _, recs in mix.files for r in recs])
     dist.barrier(world)
-    if not world.main:
-        model, tok = initial_model(cfg.model, cfg.init_seed, out, build=False)
-    model.to(cfg.device).train()
-    if cfg.activation_checkpointing:
-        enable_activation_checkpointing(model)
-    return dist.shard(model, world, cfg.precision), tok
+    model, tok = dist.load_sharded(path, world, cfg.device, cfg.precision, prepare=(
+        enable_activation_checkpointing if cfg.activation_checkpointing else None))
+    return model.train(), tok
 
 
 def _update(model, opt, batch, cfg: SFTConfig, world: dist.World) -> tuple[float, float]:
@@ -188,11 +223,8 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
                    "tokens_trained": trained, "compute_flops": total_flops,
                    "wall_s": time.time() - t0}
             if eval_recs and ((cfg.eval_every and step and step % cfg.eval_every == 0) or last):
-                plain = dist.unsharded_copy(model, world)      # collective; rank 0 scores
-                if world.main:
-                    rec["greedy_accuracy"] = greedy_accuracy(plain, codec, eval_recs, max_resp,
-                                                             scorer)
-                del plain
+                rec["greedy_accuracy"] = greedy_accuracy(model, codec, eval_recs, max_resp,
+                                                         scorer, world, cfg.precision)
             if log is not None:
                 log.log(step + 1, rec)
             bar.set_postfix(loss=f"{rec['loss']:.3f}",
@@ -202,7 +234,7 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
         ckpt = save_checkpoint(out / "checkpoints", cfg.steps, model, tok,
                                {"step": cfg.steps, "compute_flops": total_flops},
                                meta={"stage": "sft", "compute_flops": total_flops},
-                               weights=weights)
+                               weights=weights, precision=cfg.precision)
         publish_model(ckpt, out / "model")
         write_json(out / "summary.json", {"steps": cfg.steps, "compute_flops": total_flops,
                                           "tokens_trained": trained, "wall_s": time.time() - t0,

@@ -12,8 +12,6 @@ CPU.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import math
 import pathlib
 import time
@@ -28,8 +26,8 @@ from gspo import moe, objectives, step_metrics, tokens
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
                              STATE)
 from gspo.config import RLConfig, to_dict
-from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to,
-                       sequence_logprobs, trim_padding)
+from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to, prompt_seed,
+                       sequence_logprobs, step_seed, trim_padding)
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
@@ -40,16 +38,6 @@ from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 # (records, completions) -> one reward per pair; e.g. evaluators.tasks.rewards, which scores each
 # completion with its benchmark's own scoring (pipeline.train wires it in).
 RewardFn = Callable[[list[dict], list[str]], list[float]]
-
-
-def _prompt_seed(seed: int, step: int, prompt: int) -> int:
-    """The sampling seed of the step's `prompt`-th prompt (31 bits: vLLM multiplies it by n)."""
-    h = hashlib.sha256(f"rollout:{seed}:{step}:{prompt}".encode()).digest()
-    return int.from_bytes(h[:4], "big") >> 1
-
-
-def _step_seed(seed: int, step: int, salt: int) -> int:
-    return (seed * 1_000_003 + step * 7_919 + salt) % (2**63 - 1)
 
 
 def _finite(*xs) -> bool:
@@ -74,12 +62,8 @@ class Trainer:
         if resume_from is not None:
             ckpt.check_same_run(self.out / "run_info.json", to_dict(cfg))
         src = resume_from if resume_from is not None else cfg.model
-        self.policy, self.tok = load_model(src)
-        self.policy.to(cfg.device)
-        moe.validate(cfg, self.policy)   # MoE-only options on a dense model: a ConfigError
-        if cfg.activation_checkpointing:
-            enable_activation_checkpointing(self.policy)
-        self.is_moe = moe.is_moe(self.policy)
+        self.policy, self.tok = dist.load_sharded(src, world, cfg.device, cfg.precision,
+                                                  prepare=self._prepare)
         self.old_routing = None          # MoE: the replayed / old top-k experts (moe.Routing)
         self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
         self.engine_routing = None       # MoE: what the rollout engine's routers picked
@@ -87,17 +71,16 @@ class Trainer:
         # routing_replay_source: engine, else compared with the trainer's (moe/engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
             self._replays_engine or cfg.moe_metrics)
-        # the engine gets its own full copy before the policy is sharded over the ranks
-        self.engine = self._make_engine(src)
-        self._refuse_unsupported()
-        self.policy = dist.shard(self.policy, world, cfg.precision)
         self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
                                      weight_decay=cfg.weight_decay)
-        if resume_from is not None:
-            st = torch.load(resume_from / STATE, weights_only=False)
-            ckpt.load_optimizer(self.policy, self.opt, resume_from, st)
+        st = torch.load(resume_from / STATE, weights_only=False) if resume_from else {}
+        if resume_from is not None:      # with the fp32 masters where the files hold bf16
+            ckpt.load_training_state(self.policy, self.opt, resume_from, st)
             self.start_step = st["step"]
             self.state = st["counters"]
+        self.engine = self._make_engine(src)
+        if st.get("masters") and cfg.rollout.engine != "torch":   # it read the bf16 files
+            self._sync_engine()
         self.ref = None
         if cfg.kl_coef:
             self.ref, _ = load_model(cfg.model)
@@ -111,6 +94,14 @@ class Trainer:
             write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
                                               algorithm=cfg.algorithm, world_size=world.size,
                                               resumed_from=str(resume_from)))
+
+    def _prepare(self, model) -> None:
+        """Checks and settings on the whole model, before it is sharded."""
+        moe.validate(self.cfg, model)    # MoE-only options on a dense model: a ConfigError
+        self.is_moe = moe.is_moe(model)
+        self._refuse_unsupported()
+        if self.cfg.activation_checkpointing:
+            enable_activation_checkpointing(model)
 
     def _refuse_unsupported(self) -> None:
         cfg, world = self.cfg, self.world
@@ -130,11 +121,15 @@ class Trainer:
         # one engine per rank, each on the rank's own GPU (gspo.rollout.vllm_engine: colocation)
         device = (f"cuda:{self.world.local_rank}" if r.device == "cuda" and self.world.distributed
                   else r.device)
-        if r.engine == "torch":
-            eng_model = copy.deepcopy(self.policy).to(dtype=getattr(torch, r.dtype))
+        if r.engine == "torch":     # a whole copy of its own on every rank
+            eng_model = dist.unsharded_copy(self.policy, self.world, getattr(torch, r.dtype))
             return make_engine("torch", src, device=device, dtype=r.dtype, model=eng_model)
         return make_engine(r.engine, src, device=device, dtype=r.dtype, seed=self.cfg.seed,
                            **r.vllm_options())
+
+    def _sync_engine(self) -> None:
+        self.engine.update_weights(dist.full_state_dict(
+            self.policy, self.world, dtype=getattr(torch, self.cfg.rollout.dtype)))
 
     def lr_at(self, step: int) -> float:
         w = self.cfg.warmup_steps
@@ -152,7 +147,7 @@ class Trainer:
         prompts = [self.codec.prompt(r["prompt"]) for r in recs]
         groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      seed=[_prompt_seed(cfg.seed, step, i) for i in mine],
+                                      seed=[prompt_seed(cfg.seed, step, i) for i in mine],
                                       stop_token_ids=self.codec.stop_ids,
                                       return_routing=self.want_engine_routing)
         flat_r, flat_p, flat_c, texts = [], [], [], []
@@ -225,7 +220,7 @@ class Trainer:
         N = int(dist.all_reduce(torch.tensor(n_local), self.world))      # the global batch
         local_of = {int(g): i for i, g in enumerate(rows)}
         first: dict = {}
-        gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
+        gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, 2))
         per_mb: list[dict] = []
         skipped = 0
         self.policy.train()
@@ -390,8 +385,7 @@ class Trainer:
         n_local = batch["input_ids"].shape[0]
         rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
         upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step, rows=rows)
-        self.engine.update_weights(dist.full_state_dict(
-            self.policy, self.world, dtype=getattr(torch, self.cfg.rollout.dtype)))
+        self._sync_engine()
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
         t4 = time.perf_counter()
@@ -461,12 +455,12 @@ class Trainer:
             rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
         return rec
 
-
     def checkpoint(self, step: int) -> pathlib.Path:
         path = ckpt.save_rl_checkpoint(
             self.ckpt_root, step, self.policy, self.tok, self.opt, self.world,
             {"step": step, "counters": dict(self.state), "world_size": self.world.size},
-            meta={"stage": "rl", "compute_flops": self.state["compute_flops"]})
+            meta={"stage": "rl", "compute_flops": self.state["compute_flops"]},
+            precision=self.cfg.precision)
         if self.world.main:
             ckpt.prune_checkpoints(self.ckpt_root, self.cfg.keep_last, self.cfg.keep_steps)
         return path

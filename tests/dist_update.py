@@ -5,7 +5,9 @@
 For every algorithm x loss aggregation: a Trainer over the world torchrun started (FSDP2 on
 gloo when N > 1), the same global batch of 8 sequences in 2 groups, each rank given whole groups
 (its contiguous share), one `Trainer.update` (2 minibatches, micro-batches of 1 sequence), then
-rank 0 saves the full parameters and the update's metrics to OUT_DIR/<algorithm>-<agg>.pt.
+rank 0 saves the full parameters and the update's metrics to OUT_DIR/<algorithm>-<agg>.pt; then
+the sync's gather (sync.pt), and the greedy decoding of the sharded model and which rank opened
+which weight file (load.pt).
 """
 
 import sys
@@ -31,9 +33,27 @@ def fixed_batch(vocab: int, n: int = 8):
     return batch, adv, noise
 
 
+def spy_on_weight_reads() -> list[str]:
+    """The weight files transformers opens in this process from now on (it reads safetensors
+    through safe_open in these two modules; the real function still runs)."""
+    import transformers.modeling_layers as layers
+    import transformers.modeling_utils as utils
+
+    opened: list[str] = []
+    for mod in (utils, layers):
+        real = mod.safe_open
+
+        def spy(path, *args, _real=real, **kw):
+            opened.append(str(path))
+            return _real(path, *args, **kw)
+        mod.safe_open = spy
+    return opened
+
+
 def main(model_dir, data, out):
     world = dist.init("cpu")
     torch.manual_seed(0)
+    opened = spy_on_weight_reads()
     for algorithm in ("grpo", "gspo", "gspo_token"):
         for agg in AGGS:
             cfg = RLConfig(algorithm=algorithm, agg=agg, model=model_dir,
@@ -57,6 +77,20 @@ def main(model_dir, data, out):
                 half = dist.full_state_dict(tr.policy, world, dtype=torch.bfloat16)
                 if world.main:
                     torch.save({"half": half, "params": params}, f"{out}/sync.pt")
+    # the greedy check on the sharded model: each rank decodes its own prompts (one rank none)
+    # and the ranks step together; the tokens must be one process's
+    from gspo.sft import greedy_decode
+
+    prompts = fixed_batch(len(tr.tok))[0]["input_ids"][:5, :4].tolist()
+    greedy = {}
+    for n_prompts in (5, 1):
+        share = -(-n_prompts // world.size)
+        mine = prompts[:n_prompts][world.rank * share:(world.rank + 1) * share]
+        outs = greedy_decode(tr.policy, mine, 12, [tr.tok.eos_token_id], world)
+        greedy[n_prompts] = dist.gather_objects(outs, world)
+    reads = dist.gather_objects([opened], world)
+    if world.main:
+        torch.save({"greedy": greedy, "reads": reads}, f"{out}/load.pt")
     dist.close(world)
 
 

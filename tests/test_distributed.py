@@ -73,6 +73,16 @@ def test_the_sync_gathers_every_tensor_to_host_memory_in_the_engines_dtype(one_u
         assert torch.equal(h, sync["params"][name].to(torch.bfloat16)), name
 
 
+def test_only_rank_0_reads_the_weight_files_and_the_others_get_the_same_model(one_update_each):
+    one, two = one_update_each[1][("load",)], one_update_each[2][("load",)]
+    assert two["reads"][0] and all(p.endswith(".safetensors") for p in two["reads"][0])
+    assert two["reads"][1] == []
+    # rank 1 built its shards from rank 0's broadcast, the rotary frequencies (a buffer in no
+    # state dict) included: its greedy tokens, and the updates above, are one process's
+    assert two["greedy"] == one["greedy"]
+    assert [len(t) for t in one["greedy"][5]] == [12] * 5 and len(one["greedy"][1]) == 1
+
+
 TIMING = ("time_", "wall_s")
 
 
@@ -124,7 +134,7 @@ def test_sft_on_two_ranks_logs_the_metrics_and_ends_at_the_weights_of_one_rank(s
         for k in ("loss", "grad_norm", "tokens_trained", "compute_flops", "greedy_accuracy"):
             if k in a or k in b:
                 assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (a["step"], k)
-    assert "greedy_accuracy" in two[2] and "greedy_accuracy" in two[-1]   # rank 0 ran the check
+    assert "greedy_accuracy" in two[2] and "greedy_accuracy" in two[-1]   # the sharded check ran
     w1 = load_file(str(sft_runs[1, "fp32"] / "model" / "model.safetensors"))
     w2 = load_file(str(sft_runs[2, "fp32"] / "model" / "model.safetensors"))
     init = load_file(str(sft_runs[1, "fp32"] / "init" / "model.safetensors"))
@@ -149,7 +159,9 @@ def test_the_chunked_head_on_two_ranks_trains_as_the_whole_logits_on_one(sft_run
 
 
 @pytest.mark.slow
-def test_bf16_training_computes_in_bf16_and_keeps_fp32_master_weights(sft_runs):
+def test_bf16_training_computes_in_bf16_and_publishes_bf16_files(sft_runs):
+    import json
+
     from safetensors.torch import load_file
 
     fp32 = _metrics(sft_runs[1, "fp32"])
@@ -158,8 +170,12 @@ def test_bf16_training_computes_in_bf16_and_keeps_fp32_master_weights(sft_runs):
         # the losses follow fp32's to bf16 precision, but not exactly: compute ran in bf16
         assert [r["loss"] for r in bf16] == pytest.approx([r["loss"] for r in fp32], rel=3e-2)
         assert any(a["loss"] != b["loss"] for a, b in zip(bf16, fp32))
+        # the files in the compute precision, as published checkpoints are (the fp32 masters
+        # an exact resume needs: test_trainer's bf16 resume)
         weights = load_file(str(sft_runs[n, "bf16"] / "model" / "model.safetensors"))
-        assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in weights.values())
+        assert all(t.dtype == torch.bfloat16 and torch.isfinite(t).all() for t in weights.values())
+        conf = json.loads((sft_runs[n, "bf16"] / "model" / "config.json").read_text())
+        assert conf["dtype"] == "bfloat16"
     # autocast (one rank) and FSDP's mixed precision (two) agree to bf16 precision
     one, two = _metrics(sft_runs[1, "bf16"]), _metrics(sft_runs[2, "bf16"])
     assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=3e-2)

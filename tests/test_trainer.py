@@ -1,5 +1,6 @@
 """SFT and RL end to end on a toy problem set: resume, non-finite handling, one-switch methods."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -28,12 +29,15 @@ def sft_model(toy_sft_model):
     return toy_sft_model
 
 
-def rl_cfg(data, sft_model, out, **kw):
+def _rl_cfg(data, sft_model, out, **kw):
     base = dict(model=str(sft_model), out_dir=str(out), train_data=[DataSource(str(data / "train.jsonl"))],
                 steps=4, prompts_per_step=4, group_size=4, minibatches=4, lr=1e-3,
                 max_new_tokens=32, ckpt_every=2, threads=1, temperature=1.0)
     base.update(kw)
     return RLConfig(**base)
+
+
+rl_cfg = _rl_cfg
 
 
 def weights(model_dir):
@@ -77,8 +81,12 @@ def test_gspo_clips_far_more_tokens_than_grpo_under_the_papers_clip_ranges(data,
     assert fracs["gspo"] > 5 * fracs["grpo"]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_model, tmp_path,
-                                                                    monkeypatch):
+                                                                    monkeypatch, precision):
+    # bf16: the model files hold bf16 weights, the checkpoint's Distributed Checkpoint the fp32
+    # masters; resuming from the files alone would round the masters and change every number
+    rl_cfg = functools.partial(_rl_cfg, precision=precision)
     full = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", steps=5), rewards)
 
     original = trainer_mod.Trainer.rollout
@@ -98,6 +106,9 @@ def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_mo
 
     a, b = weights(full), weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    assert {t.dtype for t in a.values()} == {dtype}
+    assert json.loads((full / "config.json").read_text())["dtype"] == str(dtype).split(".")[1]
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731
     assert strip(read_metrics(tmp_path / "full" / "metrics.jsonl")) == \
         strip(read_metrics(tmp_path / "cut" / "metrics.jsonl"))
@@ -346,3 +357,25 @@ def test_the_old_logprob_pass_keeps_to_the_token_budget_and_computes_the_same_lo
     for whole, split in zip(out[0][:2], out[64][:2]):
         assert whole.shape == split.shape
         torch.testing.assert_close(split[mask], whole[mask], rtol=1e-5, atol=1e-6)
+
+
+def test_the_greedy_check_decodes_what_the_rollout_engine_decodes_greedily(data, sft_model):
+    # gspo.sft.greedy_decode runs the model's own forward (what FSDP shards); the torch engine
+    # its own loop over the layers: the same model must give the same completions
+    import copy
+
+    from gspo import tokens
+    from gspo.config import PromptConfig
+    from gspo.io import read_jsonl
+    from gspo.models import load_model
+    from gspo.rollout.torch_engine import TorchEngine
+    from gspo.sft import greedy_decode
+
+    model, tok = load_model(sft_model)
+    codec = tokens.codec(tok, sft_model, PromptConfig())
+    prompts = [codec.prompt(r["prompt"]) for r in read_jsonl(data / "train.jsonl")[:8]]
+    ours = greedy_decode(model.eval(), prompts, 24, codec.stop_ids)
+    theirs = TorchEngine(None, model=copy.deepcopy(model)).generate(
+        prompts, n=1, temperature=0.0, max_new_tokens=24, seed=0, stop_token_ids=codec.stop_ids)
+    assert ours == [g[0].token_ids for g in theirs]
+    assert any(t[-1] in codec.stop_ids for t in ours)          # rows stopped on their own
