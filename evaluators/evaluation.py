@@ -13,6 +13,15 @@ workflow: for each benchmark config it writes, each atomically,
 - `<out>/<bench>/checkpoint.json` when the model is a training checkpoint: the step and the
   cumulative training FLOPs it was saved at (gspo.checkpoint.checkpoint_meta).
 
+Resume. The records are sampled and scored in chunks of `batch_prompts` (chunk j with seed + j;
+under torchrun rank r takes chunks r, r + N, ...). While a benchmark runs, each finished chunk's
+results are written atomically to `<out>/<bench>.partial/chunk_<j>.jsonl` (evaluators.partial),
+beside the benchmark's folder, not in it: Snakemake deletes a failed job's declared outputs,
+never this. A re-run after a kill or a time limit reads the chunks found there instead of
+sampling them, and gives what an uninterrupted run gives; the folder's key.json names the
+model, data and settings it was made with, and a folder made with others is discarded (one line
+says so). The partial folders are removed once every benchmark's files are written.
+
 Why the rollout engine rather than lm-eval: it is the sampler the RL loop itself uses (the same
 prompts token for token, the same stop rule, the same decoding), it batches all samples of a
 prompt over one prefill, and it is deterministic in the seed. lm-eval (evaluators/lm_eval_tasks)
@@ -27,7 +36,7 @@ import pathlib
 import time
 from dataclasses import dataclass
 
-from evaluators import codeforces, tasks
+from evaluators import codeforces, partial, tasks
 from evaluators.metrics import aggregate, problem_metrics
 from gspo import distributed as dist
 from gspo import tokens
@@ -120,63 +129,70 @@ def score_completions(records: list[dict], completions: list[list[str]],
     return out
 
 
-def _sample(engine, codec: Codec, records, chunks: list[int], *, samples, temperature, top_p,
-            max_new_tokens, seed, batch_prompts):
-    """(texts, finish reasons, token counts) per record of the given `chunks` of
-    `batch_prompts` records; chunk j is sampled with seed + j, so a run is deterministic in
-    (records, seed, batch_prompts), whichever process samples which chunk."""
-    texts, finish, lengths = [], [], []
-    for j in chunks:
-        chunk = records[j * batch_prompts:(j + 1) * batch_prompts]
-        prompts = [codec.prompt(r["prompt"]) for r in chunk]
-        groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
-                                 max_new_tokens=max_new_tokens, seed=seed + j,
-                                 stop_token_ids=codec.stop_ids)
-        for group in groups:
-            texts.append([codec.decode(c.token_ids) for c in group])
-            finish.append([c.finish_reason for c in group])
-            lengths.append([len(c.token_ids) for c in group])
-    return texts, finish, lengths
+def _sample_chunk(engine, codec: Codec, chunk: list[dict], *, samples, temperature, top_p,
+                  max_new_tokens, seed):
+    """(texts, finish reasons, token counts) per record of `chunk`, sampled with `seed`."""
+    prompts = [codec.prompt(r["prompt"]) for r in chunk]
+    groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
+                             max_new_tokens=max_new_tokens, seed=seed,
+                             stop_token_ids=codec.stop_ids)
+    return ([[codec.decode(c.token_ids) for c in group] for group in groups],
+            [[c.finish_reason for c in group] for group in groups],
+            [[len(c.token_ids) for c in group] for group in groups])
+
+
+def _result(rec: dict, comps: list[str], scores: list[float], finish: list[str],
+            lengths: list[int], keep_completions: bool) -> dict:
+    """One record's line of results.jsonl (see the module doc)."""
+    m = problem_metrics(scores)
+    res = {"id": rec["id"], "task": rec["task"], "n": m["n"], "c": m["c"],
+           "avg@n": m["avg@n"], "pass@k": m["pass@k"], "k": m["k"],
+           **{key: v for key, v in m.items() if key.startswith("pass@") and key != "pass@k"},
+           "scores": scores, "finish_reasons": finish, "n_tokens": lengths}
+    if rec["task"] == "cf" and rec.get("rating") is not None:
+        res["rating"] = rec["rating"]
+    if keep_completions:
+        res["completions"] = comps
+    return res
 
 
 def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int = 8,
                      temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
                      seed: int = 0, batch_prompts: int = 64, workers: int = 1,
-                     keep_completions: bool = True, world: dist.World = dist.World()
-                     ) -> list[dict]:
+                     keep_completions: bool = True, world: dist.World = dist.World(),
+                     store: partial.ChunkStore | None = None) -> list[dict]:
     """Sample `samples` completions per record with `engine` and score them; one dict per record
     (see the module doc for its fields). `codec` (gspo.tokens) encodes the prompts, names the
     stop ids and decodes the completions without special tokens.
 
-    Data-parallel under torchrun: rank r samples and scores the chunks j = r, r + N, ... (chunk
-    j keeps its seed + j) and every rank gets all the results, in record order: the same as one
-    process."""
+    The records go in chunks of `batch_prompts`, chunk j sampled with seed + j, so the results
+    are deterministic in (records, seed, batch_prompts) whichever process samples which chunk.
+    Data-parallel under torchrun: rank r samples and scores the chunks j = r, r + N, ... and
+    every rank gets all the results, in record order: the same as one process. With a `store`
+    (evaluators.partial; made with settings that give these results) each chunk's results are
+    saved once scored, and a chunk already there is read back instead of sampled."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if batch_prompts < 1:
         raise ValueError(f"batch_prompts must be >= 1, got {batch_prompts}")
-    n_chunks = -(-len(records) // batch_prompts)
-    chunks = list(range(world.rank, n_chunks, world.size))
-    mine = [i for j in chunks for i in range(j * batch_prompts,
-                                             min((j + 1) * batch_prompts, len(records)))]
-    texts, finish, lengths = _sample(engine, codec, records, chunks, samples=samples,
-                                     temperature=temperature, top_p=top_p,
-                                     max_new_tokens=max_new_tokens, seed=seed,
-                                     batch_prompts=batch_prompts)
-    scores = score_completions([records[i] for i in mine], texts, workers)
-    out = []
-    for i, comp, sc, fin, ln in zip(mine, texts, scores, finish, lengths):
-        rec = records[i]
-        m = problem_metrics(sc)
-        res = {"id": rec["id"], "task": rec["task"], "n": m["n"], "c": m["c"],
-               "avg@n": m["avg@n"], "pass@k": m["pass@k"], "k": m["k"],
-               **{key: v for key, v in m.items() if key.startswith("pass@") and key != "pass@k"},
-               "scores": sc, "finish_reasons": fin, "n_tokens": ln}
-        if rec["task"] == "cf" and rec.get("rating") is not None:
-            res["rating"] = rec["rating"]
-        if keep_completions:
-            res["completions"] = comp
-        out.append((i, res))
+    if store is not None:
+        store.open(world)
+    n_chunks, out = -(-len(records) // batch_prompts), []
+    for j in range(world.rank, n_chunks, world.size):
+        chunk = records[j * batch_prompts:(j + 1) * batch_prompts]
+        rows = store.load(j, [r["id"] for r in chunk]) if store is not None else None
+        if rows is None:
+            texts, finish, lengths = _sample_chunk(
+                engine, codec, chunk, samples=samples, temperature=temperature, top_p=top_p,
+                max_new_tokens=max_new_tokens, seed=seed + j)
+            scores = score_completions(chunk, texts, workers)
+            rows = [_result(*x, keep_completions) for x in
+                    zip(chunk, texts, scores, finish, lengths)]
+            if store is not None:
+                store.save(j, rows)
+        out += [(j * batch_prompts + i, row) for i, row in enumerate(rows)]
+    if store is not None and world.distributed:
+        store.wait(n_chunks)        # not in the gather: it would time out on a slow rank
     return [res for _, res in sorted(dist.gather_objects(out, world), key=lambda x: x[0])]
 
 
@@ -245,15 +261,26 @@ def load_all(configs: list[EvalConfig]) -> dict[str, list[dict]]:
     return {c.benchmark: load_records(c.data, c.benchmark, c.limit or None) for c in configs}
 
 
+def _write(d: pathlib.Path, results: list[dict], summary: dict, checkpoint: dict | None,
+           bench: str) -> None:
+    atomic_write_text(d / "results.jsonl",
+                      "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
+    if checkpoint is not None:
+        write_json(d / "checkpoint.json", {**checkpoint, "benchmark": bench})
+    write_json(d / "summary.json", summary)   # last: its presence says the folder is whole
+
+
 def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = None,
              checkpoint: dict | None = None, world: dist.World = dist.World()) -> dict:
     """Evaluate `model` on each benchmark config (the model and the engine are loaded once per
     process), writing <out>/<bench>/ as the module doc says; `records` as load_all returns them
     (loaded here when None). Under torchrun the ranks share the sampling (evaluate_records) and
-    rank 0 writes. Returns {bench: summary}."""
+    rank 0 writes. Each benchmark's chunks are kept in <out>/<bench>.partial/ as they are done
+    (a re-run resumes there) and removed once every benchmark is written. Returns {bench:
+    summary}."""
     records = records if records is not None else load_all(configs)
     engines: dict = {}
-    result = {}
+    result, stores = {}, []
     for cfg in configs:
         t0 = time.time()
         key = (cfg.engine, cfg.device, cfg.dtype, cfg.tensor_parallel_size,
@@ -261,24 +288,26 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
         if key not in engines:
             engines[key] = make_engine(cfg, model, world)
         engine, tokenizer = engines[key]
+        recs = records[cfg.benchmark]
+        stores.append(partial.ChunkStore(pathlib.Path(out) / f"{cfg.benchmark}.partial",
+                                         partial.store_key(cfg, model, recs)))
         results = evaluate_records(
-            engine, tokens.codec(tokenizer, model, cfg.prompt), records[cfg.benchmark],
+            engine, tokens.codec(tokenizer, model, cfg.prompt), recs,
             samples=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
-            workers=cfg.workers, keep_completions=cfg.keep_completions, world=world)
+            workers=cfg.workers, keep_completions=cfg.keep_completions, world=world,
+            store=stores[-1])
         summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
                    "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
                    "seconds": round(time.time() - t0, 3)}
         result[cfg.benchmark] = summary
-        if not world.main:
-            continue
-        d = pathlib.Path(out) / cfg.benchmark
-        atomic_write_text(d / "results.jsonl",
-                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
-        if checkpoint is not None:
-            write_json(d / "checkpoint.json", {**checkpoint, "benchmark": cfg.benchmark})
-        write_json(d / "summary.json", summary)   # last: its presence says the folder is whole
+        if world.main:
+            _write(pathlib.Path(out) / cfg.benchmark, results, summary, checkpoint, cfg.benchmark)
     for engine, _ in engines.values():
         engine.close()
+    if world.main:
+        # only now: Snakemake deletes every benchmark's files when a later one fails
+        for store in stores:
+            store.remove()
     dist.barrier(world)
     return result

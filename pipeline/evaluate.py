@@ -10,7 +10,8 @@
 workflow writes one per benchmark); without it, `--benchmarks` with `--data-dir` (reading
 `<data-dir>/<bench>_test.jsonl`) and the flags below make them. `--set key=value` overrides a
 field of every config. Writes `<out>/<bench>/{results.jsonl, summary.json}` (and checkpoint.json
-when the model is a training checkpoint): see evaluators.evaluation.
+when the model is a training checkpoint): see evaluators.evaluation. A killed run, re-run with
+the same settings, resumes from the chunks it finished (`<out>/<bench>.partial/`).
 """
 
 from __future__ import annotations

@@ -185,3 +185,146 @@ def test_two_ranks_evaluate_as_one_process(memorised, data_dir, tmp_path):
     one, two = (json.loads((out[n] / "summary.json").read_text()) for n in (1, 2))
     assert one["benchmarks"] == two["benchmarks"]
     assert two["benchmarks"]["aime"]["n_problems"] == 3      # three chunks over two ranks
+
+
+# -- resuming a partial evaluation (evaluators.partial) ------------------------------------------
+
+class Counting:
+    """The real engine, recording the seed of each generate call (one call per chunk) and
+    raising at call `fail_at` (1-based), as a job killed partway would stop."""
+
+    def __init__(self, engine, fail_at: int = 0):
+        self.engine, self.fail_at, self.seeds = engine, fail_at, []
+
+    def generate(self, prompts, **kw):
+        if len(self.seeds) + 1 == self.fail_at:
+            raise RuntimeError("killed")
+        self.seeds.append(kw["seed"])
+        return self.engine.generate(prompts, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+MAKE_ENGINE = ev.make_engine
+
+
+def _cfg(data_dir, **kw):
+    # hot enough that the samples vary with the seed; one problem a chunk: three chunks
+    return ev.EvalConfig(**{**dict(benchmark="aime", data=str(data_dir / "aime_test.jsonl"),
+                                   samples=4, temperature=2.0, max_new_tokens=12, seed=5,
+                                   batch_prompts=1, bootstrap_iters=50, keep_completions=True),
+                            **kw})
+
+
+def _evaluate(model, cfg, out, monkeypatch, fail_at=0):
+    """ev.evaluate on the real torch engine, wrapped in Counting; (engines made, result)."""
+    made = []
+
+    def make(cfg, model, world=ev.dist.World()):
+        engine, tok = MAKE_ENGINE(cfg, model, world)
+        made.append(Counting(engine, fail_at))
+        return made[-1], tok
+
+    monkeypatch.setattr(ev, "make_engine", make)
+    try:
+        return made, ev.evaluate(model, [cfg], out)
+    except RuntimeError as e:
+        assert str(e) == "killed"
+        return made, None
+
+
+def _files(out):
+    d = out / "aime"
+    return (d / "results.jsonl").read_text(), json.loads((d / "summary.json").read_text())
+
+
+def test_a_killed_evaluation_resumes_from_its_chunks_and_gives_the_uninterrupted_results(
+        memorised, data_dir, tmp_path, monkeypatch, capsys):
+    cfg = _cfg(data_dir)
+    made, _ = _evaluate(memorised, cfg, tmp_path / "fresh", monkeypatch)
+    assert made[0].seeds == [5, 6, 7]                      # chunk j samples with seed + j
+    fresh_results, fresh_summary = _files(tmp_path / "fresh")
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["aime"]   # store removed
+
+    out = tmp_path / "resumed"
+    made, result = _evaluate(memorised, cfg, out, monkeypatch, fail_at=3)   # dies in chunk 2
+    assert result is None and made[0].seeds == [5, 6]
+    store = out / "aime.partial"
+    assert sorted(p.name for p in store.iterdir()) == ["chunk_00000.jsonl", "chunk_00001.jsonl",
+                                                        "key.json"]
+    assert not (out / "aime" / "summary.json").exists()
+    (store / "chunk_00000.jsonl").unlink()                 # as if chunk 0 had never finished
+    capsys.readouterr()
+    made, _ = _evaluate(memorised, cfg, out, monkeypatch)
+    assert made[0].seeds == [5, 7]                         # chunk 1 read back, not resampled
+    assert "resuming a partial evaluation: 1 chunk(s) done" in capsys.readouterr().out
+    results, summary = _files(out)
+    assert results == fresh_results
+    assert {k: v for k, v in summary.items() if k != "seconds"} == \
+        {k: v for k, v in fresh_summary.items() if k != "seconds"}
+    assert sorted(p.name for p in out.iterdir()) == ["aime"]
+
+
+def test_a_partial_evaluation_made_with_other_settings_is_discarded(memorised, data_dir, tmp_path,
+                                                                   monkeypatch, capsys):
+    out = tmp_path / "out"
+    made, _ = _evaluate(memorised, _cfg(data_dir), out, monkeypatch, fail_at=3)
+    assert made[0].seeds == [5, 6] and (out / "aime.partial" / "chunk_00001.jsonl").is_file()
+    capsys.readouterr()
+    hotter = _cfg(data_dir, temperature=1.5)
+    made, _ = _evaluate(memorised, hotter, out, monkeypatch)
+    assert made[0].seeds == [5, 6, 7]                      # every chunk sampled again
+    lines = [line for line in capsys.readouterr().out.splitlines() if "aime.partial" in line]
+    assert len(lines) == 1 and "other settings" in lines[0] and "discarded" in lines[0]
+    _evaluate(memorised, hotter, tmp_path / "fresh", monkeypatch)
+    assert _files(out)[0] == _files(tmp_path / "fresh")[0]
+
+
+def test_the_store_key_changes_with_whatever_changes_a_result(memorised, tiny_model_dir, data_dir,
+                                                              problems, tmp_path):
+    from evaluators.partial import store_key
+
+    cfg = _cfg(data_dir)
+    key = store_key(cfg, memorised, problems)
+    assert store_key(cfg, memorised, problems) == key
+    # settings that change no per-record result keep the store
+    for same in (dict(workers=3), dict(bootstrap_iters=7), dict(protocol="x")):
+        assert store_key(_cfg(data_dir, **same), memorised, problems) == key, same
+    for other in (dict(samples=3), dict(temperature=1.0), dict(top_p=0.9),
+                  dict(max_new_tokens=11), dict(seed=6), dict(batch_prompts=2), dict(limit=2),
+                  dict(dtype="bfloat16"), dict(keep_completions=False),
+                  dict(prompt=ev.PromptConfig(format="chat"))):
+        assert store_key(_cfg(data_dir, **other), memorised, problems) != key, other
+    assert store_key(cfg, tiny_model_dir, problems) != key               # another model
+    assert store_key(cfg, memorised, problems[:2]) != key               # other records
+    edited = tmp_path / "aime_test.jsonl"                               # the same ids, new data
+    write_jsonl([{**problems[0], "answer": problems[0]["answer"] + 1}, *problems[1:]], edited)
+    assert store_key(_cfg(data_dir, data=str(edited)), memorised, problems) != key
+
+
+@pytest.mark.slow
+def test_two_ranks_resume_a_partial_evaluation_of_one_process(memorised, data_dir, tmp_path,
+                                                              monkeypatch):
+    """Chunks stored by one process are read back by whichever rank owns them under torchrun."""
+    from pipeline import evaluate as cli
+
+    args = ["--model", str(memorised), "--benchmarks", "aime", "--data-dir", str(data_dir),
+            "--samples", "4", "--batch-prompts", "1", "--max-new-tokens", "12"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    fresh = subprocess.run([sys.executable, "-m", "pipeline.evaluate", *args, "--out",
+                            str(tmp_path / "fresh")], env=env, capture_output=True, text=True,
+                           timeout=600, cwd=REPO)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    out = tmp_path / "resumed"
+    configs = cli.configs_of(cli.build_parser().parse_args([*args, "--out", str(out)]))
+    made, _ = _evaluate(memorised, configs[0], out, monkeypatch, fail_at=3)
+    assert len(made[0].seeds) == 2 and len(list((out / "aime.partial").glob("chunk_*"))) == 2
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node=2", "-m", "pipeline.evaluate", *args, "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming a partial evaluation: 2 chunk(s) done" in r.stdout
+    assert (out / "aime" / "results.jsonl").read_text() == \
+        (tmp_path / "fresh" / "aime" / "results.jsonl").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["aime"]

@@ -524,6 +524,39 @@ def test_the_slurm_profile_asks_for_what_the_training_jobs_use_and_fits_the_real
             assert "gpu" not in r, "`gpu` is --gpus, a count for the whole job: use gres"
 
 
+def test_the_slurm_profile_evaluates_on_every_gpu_of_a_node_and_gives_every_rank_chunks():
+    from snakemake.utils import update_config, validate
+
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())
+    update_config(cfg, yaml.safe_load((ROOT / "config" / "paper-protocol.yaml").read_text()))
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    for rule in ("eval_sft", "eval_checkpoint"):
+        r = {k: _profile_value(v) for k, v in profile["set-resources"][rule].items()}
+        gpus = _plan_module().launch.gpus_per_node(r)
+        assert gpus > 1 and _launch(**r) == f"torchrun --standalone --nproc-per-node={gpus} -m"
+        assert r["tasks_per_gpu"] == 0 and "gpu" not in r
+        # every rank: its torch threads and its code sandboxes
+        assert all(r["cpus_per_task"] >= gpus * (profile["set-threads"][rule] + c["workers"])
+                   for c in plan.eval_cfgs.values()), rule
+        # AIME 2024's 30 problems make a chunk of batch_prompts for every rank
+        assert -(-30 // plan.eval_cfgs["aime"]["batch_prompts"]) >= gpus
+
+
+def test_the_eval_rules_run_one_process_or_one_rank_per_gpu_they_are_given(tmp_path):
+    r = snakemake(tmp_path, "-n", "-p", "--set-resources", "eval_checkpoint:gres='gpu:h100:2'",
+                  configfile=None, timeout=300)
+    cmds = [line.split("exec ", 1)[1] for line in (r.stdout + r.stderr).splitlines()
+            if "pipeline.evaluate" in line and "exec " in line]
+    sft = [c for c in cmds if " --out results/tiny/eval/sft " in c]
+    # the tiny default: one plain process, as before; with 2 GPUs: torchrun with 2 ranks
+    assert len(sft) == 1 and sft[0].startswith("python -m pipeline.evaluate --model ")
+    rest = [c for c in cmds if c not in sft]
+    assert rest and all(c.startswith("torchrun --standalone --nproc-per-node=2 -m pipeline."
+                                     "evaluate --model ") for c in rest)
+
+
 def test_the_default_config_plans_grpo_and_gspo_over_five_seeds_and_five_budgets(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)

@@ -1,4 +1,5 @@
-"""How a training job (rules sft and rl) starts, from the resources its rule is given.
+"""How a training or evaluation job (rules sft, rl, eval_sft and eval_checkpoint) starts, from
+the resources its rule is given.
 
     no GPU or one                   python -m
     G GPUs on one node              torchrun --standalone --nproc-per-node=G -m

@@ -453,10 +453,10 @@ class Plan:
 
     @staticmethod
     def launcher(wildcards, resources) -> Unrecorded:
-        """How a training job starts: `python -m` on one device, torchrun with one process per
-        GPU the profile gives the rule, srun + one torchrun per node on several SLURM nodes
-        (gspo_workflow.launch). Unrecorded: the same run on another number of GPUs gives the
-        same numbers, so it re-runs nothing."""
+        """How a training or evaluation job starts: `python -m` on one device, torchrun with one
+        process per GPU the profile gives the rule, srun + one torchrun per node on several SLURM
+        nodes (gspo_workflow.launch). Unrecorded: the same run on another number of GPUs gives
+        the same numbers, so it re-runs nothing."""
         return Unrecorded(launch.launcher(resources))
 
     def tracking_flags(self, argv: list[str] | None = None) -> Unrecorded:

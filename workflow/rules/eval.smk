@@ -7,6 +7,13 @@
 # record them in MLflow (pipeline.track): one eval run per checkpoint and benchmark, nested
 # under the run that trained it, plus the scores as metrics of the RL run itself
 # (eval/<bench>/pass_at_1 at the checkpoint's step, step 0 = the SFT model).
+#
+# With GPUs (resource `gpu`, or `gres`, in the profile) the job is torchrun with one rank per GPU,
+# as sft and rl are (gspo_workflow/launch.py): one engine per GPU, the chunks of batch_prompts
+# problems dealt out over the ranks, the same results as one process. Each finished chunk is
+# kept in <out>/<bench>.partial/ (evaluators.partial), which is no declared output: Snakemake
+# does not delete it when the job fails, and the re-run (retries, --rerun-incomplete) resumes
+# from it.
 
 
 rule eval_sft:
@@ -19,6 +26,7 @@ rule eval_sft:
         results=PLAN.eval_outputs("sft", "results.jsonl"),
     params:
         config_sha=PLAN.eval_sha_param(),
+        launch=PLAN.launcher,
     log:
         "results/{experiment}/logs/eval/sft.log",
     benchmark:
@@ -27,7 +35,7 @@ rule eval_sft:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m pipeline.evaluate --model {input.model} --config {input.configs}"
+        "exec {params.launch} pipeline.evaluate --model {input.model} --config {input.configs}"
         " --out results/{wildcards.experiment}/eval/sft --threads {threads} > {log} 2>&1"
 
 
@@ -43,6 +51,7 @@ rule eval_checkpoint:
     params:
         config_sha=PLAN.checkpoint_eval_sha,
         model=PLAN.checkpoint_param,
+        launch=PLAN.launcher,
     log:
         "results/{experiment}/logs/eval/{variant}-seed{seed}-b{budget}.log",
     benchmark:
@@ -51,7 +60,7 @@ rule eval_checkpoint:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m pipeline.evaluate --model {params.model} --config {input.configs}"
+        "exec {params.launch} pipeline.evaluate --model {params.model} --config {input.configs}"
         " --out results/{wildcards.experiment}/eval/{wildcards.variant}/seed{wildcards.seed}/b{wildcards.budget}"
         " --threads {threads} > {log} 2>&1"
 
