@@ -64,8 +64,9 @@ class RolloutConfig:
                                "max_position_embeddings)")
     tensor_parallel_size: int = option(1, "vllm only: GPUs one engine spans")
     sleep: bool = option(False, "vllm on CUDA only: release the engine's GPU memory while the "
-                        "trainer runs (vLLM sleep mode level 1: weights to CPU memory, KV cache "
-                        "dropped), taken back for the weight sync and the next rollouts")
+                        "trainer runs (vLLM sleep mode level 2: weights and KV cache dropped, "
+                        "the weight sync after each step rewrites them), taken back for the "
+                        "sync and the next rollouts")
 
     def __post_init__(self):
         check(self.engine in ("torch", "vllm"), "engine",

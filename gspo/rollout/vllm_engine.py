@@ -45,8 +45,9 @@ prompt groups: one engine per GPU, data-parallel like the trainer, with no cross
 during rollouts (a tensor-parallel engine spanning the node would make every rank wait for the
 whole node's prompts; `tensor_parallel_size` stays for a model too large for one GPU). With
 `sleep=True` (vLLM's sleep mode, CUDA only) the engine releases its GPU memory after sampling
-(level 1: weights to CPU memory, KV cache dropped) so the trainer's passes have it, takes the
-weights back for the weight sync and the KV cache before the next sampling.
+(level 2: weights and KV cache dropped, since the weight sync that follows rewrites every
+weight) so the trainer's passes have it, takes the weights' memory back for the weight sync and
+the KV cache before the next sampling; sampling before a sync is refused.
 
 CPU specifics: VLLM_CPU_KVCACHE_SPACE defaults to 1 (GiB), enforce_eager to True, and chunked
 prefill is switched off (vLLM 0.32 crashes when it chunks the prefill of a seeded request on CPU).
@@ -237,6 +238,7 @@ class VLLMEngine:
         if sleep and device != "cuda":
             raise ValueError("sleep: vLLM's sleep mode needs CUDA (its CPU build has none)")
         self.sleeping = None if not sleep else False     # None: sleep mode off
+        self.dropped = False         # asleep at level 2: the weights need a sync before sampling
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if gpu_memory_utilization is None:
@@ -302,13 +304,17 @@ class VLLMEngine:
                 ignore_eos=True,            # EOS stops only when it is in `stop` (as in torch)
                 detokenize=False, skip_special_tokens=False))
             inputs.append({"prompt_token_ids": [int(t) for t in p]})
+        if self.dropped:
+            raise RuntimeError("vLLM slept at level 2 and dropped its weights: call "
+                               "update_weights before sampling again")
         self._wake("kv_cache")
         outs = self.llm.generate(inputs, params, use_tqdm=False)
         if self.sleeping is not None:
-            # the trainer's passes come next: give them the weights' and KV cache's memory (the
-            # weights are kept in CPU memory; the KV cache is dropped)
-            self.llm.sleep(level=1)
-            self.sleeping = True
+            # the trainer's passes come next: give them the weights' and KV cache's memory.
+            # Level 2 drops the weights too: the sync that follows every step rewrites all of
+            # them, so level 1's copy to host memory (16 GB a step for 8B) would be wasted
+            self.llm.sleep(level=2)
+            self.sleeping = self.dropped = True
         stop_set = set(stop)
         results = []
         for out in outs:
@@ -354,6 +360,7 @@ class VLLMEngine:
         try:
             save_file(sd, str(d / "model.safetensors"))
             self.last_sync = self.llm.collective_rpc("gspo_reload_weights", args=(str(d),))
+            self.dropped = False
         finally:
             shutil.rmtree(d, ignore_errors=True)
         if self.prefix_caching and not self.llm.reset_prefix_cache():
