@@ -31,7 +31,7 @@ from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to, pro
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
-from gspo.models import enable_activation_checkpointing, load_model
+from gspo.models import enable_activation_checkpointing
 from gspo.rollout import make_engine
 from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 
@@ -81,10 +81,10 @@ class Trainer:
         self.engine = self._make_engine(src)
         if st.get("masters") and cfg.rollout.engine != "torch":   # it read the bf16 files
             self._sync_engine()
-        self.ref = None
+        self.ref = None     # sharded like the policy: its forwards pair up across ranks too
         if cfg.kl_coef:
-            self.ref, _ = load_model(cfg.model)
-            self.ref.to(cfg.device).eval().requires_grad_(False)
+            self.ref, _ = dist.load_sharded(cfg.model, world, cfg.device, cfg.precision)
+            self.ref.eval().requires_grad_(False)
         self.codec = tokens.codec(self.tok, src, cfg.prompt)
         self.flops = FlopCounter(self.policy)
         self.log = None     # only rank 0 writes the run's records

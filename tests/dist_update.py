@@ -77,6 +77,18 @@ def main(model_dir, data, out):
                 half = dist.full_state_dict(tr.policy, world, dtype=torch.bfloat16)
                 if world.main:
                     torch.save({"half": half, "params": params}, f"{out}/sync.pt")
+    # the KL penalty's reference model, sharded as the policy is
+    cfg = RLConfig(algorithm="gspo", model=model_dir, out_dir=f"{out}/run-kl-rank{world.rank}",
+                   train_data=[DataSource(data)], prompts_per_step=2, group_size=4,
+                   minibatches=2, micro_batch_size=1, lr=1e-2, threads=1, kl_coef=0.5)
+    tr = Trainer(cfg, lambda recs, texts: [0.0] * len(texts), world)
+    local = {k: v[rows] for k, v in batch.items()}
+    old = tr.old_logprobs(local)[0] + noise[rows] * local["target_mask"]
+    upd, skipped, _ = tr.update(local, old, adv[rows], step=0, rows=rows)
+    params = {k: v.detach().clone() for k, v in dist.full_state_dict(tr.policy, world).items()}
+    if world.main:
+        torch.save({"params": params, "metrics": upd, "skipped": skipped}, f"{out}/kl.pt")
+
     # the greedy check on the sharded model: each rank decodes its own prompts (one rank none)
     # and the ranks step together; the tokens must be one process's
     from gspo.sft import greedy_decode

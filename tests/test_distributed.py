@@ -65,6 +65,15 @@ def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_eac
         assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-7), k
 
 
+def test_the_kl_reference_model_sharded_on_two_ranks_gives_the_update_of_one(one_update_each):
+    one, two = one_update_each[1][("kl",)], one_update_each[2][("kl",)]
+    assert one["metrics"]["kl_ref"] > 0          # the penalty is there: the policy moved from it
+    for name, p1 in one["params"].items():
+        assert (two["params"][name] - p1).norm() <= 1e-5 * p1.norm(), name
+    for k, v in one["metrics"].items():
+        assert two["metrics"][k] == pytest.approx(v, rel=1e-4, abs=1e-7), k
+
+
 def test_the_sync_gathers_every_tensor_to_host_memory_in_the_engines_dtype(one_update_each):
     sync = one_update_each[2][("sync",)]
     assert set(sync["half"]) == set(sync["params"])
