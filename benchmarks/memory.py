@@ -58,7 +58,7 @@ def child(tokens: int, chunk: int, ckpt: bool, hidden: int) -> dict:
         mask = torch.ones(1, n)
         t0 = time.perf_counter()
         logp, ent = sequence_logprobs(model, batch, with_entropy=True, chunk=chunk)
-        loss, _ = policy_loss(logp, logp.detach(), torch.ones(1), mask, level="sequence",
+        loss, _ = policy_loss(logp, logp.detach(), torch.ones(1), mask, objective="gspo",
                               eps_low=3e-4, eps_high=4e-4)
         (loss - 1e-3 * (ent * mask).mean()).backward()
         return time.perf_counter() - t0

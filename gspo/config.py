@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from gspo.objectives import AGGS, DEFAULT_EPS, DEFAULT_LOG_RATIO_CLAMP
+from gspo.objectives import AGGS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
-ALGORITHMS = {"grpo": "token", "gspo": "sequence", "gspo_token": "sequence_token"}
+ALGORITHMS = tuple(OBJECTIVES)     # the config's `algorithm`: gspo.objectives registers them
 
 
 class ConfigError(ValueError):
@@ -170,10 +170,14 @@ class SFTConfig:
 
 @dataclass
 class RLConfig:
-    """GRPO / GSPO / GSPO-token training. `algorithm` is the only field that differs between
-    the compared methods; clip ranges default to each method's paper setting."""
+    """RL training with one of the registered objectives (GRPO, GSPO, GSPO-token and their
+    successors: gspo.objectives.OBJECTIVES). `algorithm` is the only field that differs between
+    the compared methods; clip ranges, aggregation and advantage scaling default to each
+    method's paper setting."""
 
-    algorithm: str = option("gspo", "grpo (token-level ratio), gspo (sequence-level) or gspo_token")
+    algorithm: str = option("gspo", "the objective: grpo (token-level ratio), gspo (sequence-"
+                            "level), gspo_token, dapo, dr_grpo, cispo, gmpo or sapo "
+                            "(gspo.objectives.OBJECTIVES)")
     model: str = option("results/default/sft/model", "the starting checkpoint (usually SFT output)")
     out_dir: str = option("results/default/rl/gspo-0", "checkpoints, metrics and final model")
     train_data: list[DataSource] = option([], "prompt files and their mixing weights")
@@ -197,12 +201,22 @@ class RLConfig:
     warmup_steps: int = option(0, "linear warm-up, in rollout steps")
     weight_decay: float = option(0.0, "AdamW weight decay")
     grad_clip: float = option(1.0, "max global gradient norm")
-    eps_low: typing.Optional[float] = option(None, "lower clip range (None: 3e-4 for gspo/gspo_token, "
-                                           "0.2 for grpo)")
-    eps_high: typing.Optional[float] = option(None, "upper clip range (None: 4e-4 for gspo/"
-                                            "gspo_token, 0.27 for grpo)")
-    agg: str = option("seq-mean-token-mean", f"loss aggregation, one of {list(AGGS)}")
-    adv_scale: str = option("std", "advantage scaling: 'std' ((r-mean)/std) or 'none' (r-mean)")
+    eps_low: typing.Optional[float] = option(None, "lower clip range (None: the objective's "
+                                           "paper: 3e-4 gspo/gspo_token, 0.2 grpo/dapo/dr_grpo, "
+                                           "1.0 cispo (no bound), 0.4 gmpo in log space)")
+    eps_high: typing.Optional[float] = option(None, "upper clip range (None: the objective's "
+                                            "paper: 4e-4 gspo/gspo_token, 0.27 grpo, 0.28 dapo, "
+                                            "0.2 dr_grpo, 4.0 cispo, 0.4 gmpo in log space)")
+    agg: typing.Optional[str] = option(None, f"loss aggregation, one of {list(AGGS)} (None: the "
+                                       "objective's: token-mean for dapo and cispo, "
+                                       "seq-mean-token-sum-norm over max_new_tokens for dr_grpo, "
+                                       "seq-mean-token-mean otherwise)")
+    adv_scale: typing.Optional[str] = option(None, "advantage scaling: 'std' ((r-mean)/std) or "
+                                             "'none' (r-mean) (None: the objective's: none for "
+                                             "dr_grpo, std otherwise)")
+    sapo_tau_pos: float = option(1.0, "sapo only: the gate's temperature for positive advantages")
+    sapo_tau_neg: float = option(1.05, "sapo only: the gate's temperature for negative "
+                                 "advantages")
     log_ratio_clamp: float = option(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
     kl_coef: float = option(0.0, "KL penalty to the starting model (paper: 0)")
     temperature: float = option(1.0, "sampling temperature (also applied to trainer log-probs)")
@@ -250,11 +264,7 @@ class RLConfig:
     def __post_init__(self):
         check(self.algorithm in ALGORITHMS, "algorithm",
                f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
-        lo, hi = DEFAULT_EPS[ALGORITHMS[self.algorithm]]
-        if self.eps_low is None:
-            self.eps_low = lo
-        if self.eps_high is None:
-            self.eps_high = hi
+        self._objective_defaults()
         check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
                      "max_consecutive_nonfinite"):
@@ -265,8 +275,6 @@ class RLConfig:
         check(n % self.minibatches == 0, "minibatches",
                f"{self.minibatches} does not divide the rollout batch of {n} sequences "
                "(prompts_per_step * group_size); pick a divisor")
-        check(0 < self.eps_low < 1 and self.eps_high > 0, "eps_low/eps_high",
-               "need 0 < eps_low < 1 and eps_high > 0")
         check(self.agg in AGGS, "agg", f"must be one of {list(AGGS)}, got {self.agg!r}")
         check(self.adv_scale in ("std", "none"), "adv_scale", "must be 'std' or 'none'")
         check(self.temperature > 0, "temperature", "must be > 0 for RL sampling")
@@ -298,9 +306,27 @@ class RLConfig:
         check(self.router_aux_loss_coef >= 0, "router_aux_loss_coef",
                f"must be >= 0, got {self.router_aux_loss_coef}")
 
-    @property
-    def level(self) -> str:
-        return ALGORITHMS[self.algorithm]
+    def _objective_defaults(self) -> None:
+        """The objective's own settings where a field is unset; a setting that does not apply
+        to it is refused."""
+        obj = OBJECTIVES[self.algorithm]
+        if obj.clipped:
+            self.eps_low = obj.eps[0] if self.eps_low is None else self.eps_low
+            self.eps_high = obj.eps[1] if self.eps_high is None else self.eps_high
+            check(0 < self.eps_low <= 1 and self.eps_high > 0, "eps_low/eps_high",
+                  "need 0 < eps_low <= 1 and eps_high > 0")
+        else:
+            check(not self.eps_low and not self.eps_high, "eps_low/eps_high",
+                  f"{self.algorithm} has no clip (its gate's temperatures are sapo_tau_pos / "
+                  "sapo_tau_neg); leave them unset")
+            self.eps_low = self.eps_high = 0.0
+        check(self.algorithm == "sapo" or (self.sapo_tau_pos, self.sapo_tau_neg) == (1.0, 1.05),
+              "sapo_tau_pos/sapo_tau_neg", f"apply to algorithm: sapo only, not "
+              f"{self.algorithm}; leave them at their defaults")
+        check(self.sapo_tau_pos > 0 and self.sapo_tau_neg > 0, "sapo_tau_pos/sapo_tau_neg",
+              "must be > 0")
+        self.agg = obj.agg if self.agg is None else self.agg
+        self.adv_scale = obj.adv_scale if self.adv_scale is None else self.adv_scale
 
 
 # -- loading ------------------------------------------------------------------------------------

@@ -1,30 +1,49 @@
-"""GRPO, GSPO and GSPO-token as pure tensor functions.
+"""The RL objectives as pure tensor functions, registered by name in OBJECTIVES: the config's
+`algorithm` picks one, and its paper's clip range, aggregation and advantage scaling are the
+defaults. Adding an objective: write its surrogate below and register it; the config, the
+trainer, the report and the tests reach it by name.
 
 Shapes: B sequences (prompt-major groups: the G samples of a prompt are adjacent), T response
-positions. `mask` is 1.0 on real response tokens, 0.0 on padding.
+positions. `mask` is 1.0 on real response tokens, 0.0 on padding. w_it = exp(logp_it - old_it).
 
-    GRPO        w_it = exp(logp_it - old_it)                         clipped per token
-    GSPO        s_i  = exp(mean_t(logp_it - old_it))                 clipped per sequence
-    GSPO-token  s_it = sg[s_i] * exp(logp_it - sg[logp_it])          value s_i, gradient per token
+    GRPO        min(w_it A, clip(w_it, 1 - lo, 1 + hi) A)               clipped per token
+    GSPO        the same with s_i = exp(mean_t log w_it)                 clipped per sequence
+    GSPO-token  s_it = sg[s_i] * exp(logp_it - sg[logp_it])             value s_i, gradient per token
+    DAPO        GRPO's clip with the higher upper bound 0.28, token-mean aggregation
+    Dr. GRPO    GRPO's clip, advantages only centred, token sums over a constant length
+    CISPO       sg[clip(w_it, 1 - lo, 1 + hi)] A logp_it: the clip scales the gradient, never zeroes it
+    GMPO        A exp(mean_t clip(log w_it, -lo, hi)): the geometric mean of the token ratios,
+                clipped in log space (on the side the advantage's sign makes pessimistic)
+    SAPO        f(w_it) A, f(w) = 4 / tau sigmoid(tau (w - 1)): a smooth gate in place of the clip
 
-The objective per term is min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A); the loss is its
-negation aggregated over tokens and sequences (see `policy_loss`'s `agg`).
+The loss is the objective's negation, aggregated over tokens and sequences (`policy_loss`'s
+`agg`). Conformance with TRL's and verl's own code: docs/OBJECTIVES.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 import torch
 
-LEVELS = ("token", "sequence", "sequence_token")
-AGGS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
-
-# The paper's clip ranges (GSPO: Zheng et al. 2025, section 5.1; GRPO: its tuned baseline).
-DEFAULT_EPS = {"sequence": (3e-4, 4e-4), "sequence_token": (3e-4, 4e-4), "token": (0.2, 0.27)}
+AGGS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 # exp() of a log ratio above ~88 overflows float32. Clamping the (token or sequence) log ratio to
 # +-20 keeps every ratio below e^20 ~ 4.9e8, finite in fp32 and bf16, while any ratio that large is
 # far outside every clip band anyway. Outside the clamp the ratio's gradient is zero.
 DEFAULT_LOG_RATIO_CLAMP = 20.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyper:
+    """What a surrogate may read: the clip range and the log-ratio clamp; SAPO's temperatures
+    for positive and negative advantages."""
+    eps_low: float
+    eps_high: float
+    clamp: float = DEFAULT_LOG_RATIO_CLAMP
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: str = "std",
@@ -60,89 +79,183 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+# -- the surrogates ----------------------------------------------------------------------------
+# Each takes the token log ratios (B, T) (zero on padding), logp (B, T), the advantages (B, T),
+# valid (B, T) bool, lengths (B,) and Hyper, and returns (objective (B, T) to maximise, clipped
+# (B, T) bool: where the clip acted on the term, the ratios for the metrics: per token, or per
+# non-empty sequence).
+
+def _clip(ratio, adv, valid, hp: Hyper):
+    """PPO's pessimistic clip; a term is clipped where the clipped branch is the one min()
+    selects and differs from the unclipped one."""
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - hp.eps_low, 1.0 + hp.eps_high) * adv
+    return torch.minimum(unclipped, clipped), (clipped < unclipped) & valid
+
+
+def token_clip(log_ratio, logp, adv, valid, lengths, hp: Hyper):
+    """GRPO (Shao et al. 2024), DAPO, Dr. GRPO: the token ratio w_it, clipped per token."""
+    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))                 # (B, T)
+    obj, clipped = _clip(ratio, adv, valid, hp)
+    return obj, clipped, ratio.detach()[valid]
+
+
+def _sequence_log_ratio(log_ratio, lengths, hp: Hyper) -> torch.Tensor:
+    return (log_ratio.sum(dim=1) / lengths).clamp(-hp.clamp, hp.clamp)      # (B,)
+
+
+def sequence_clip(log_ratio, logp, adv, valid, lengths, hp: Hyper):
+    """GSPO (Zheng et al. 2025, eq. 5): s_i = exp(mean_t log w_it), clipped per sequence."""
+    B, T = log_ratio.shape
+    seq = _sequence_log_ratio(log_ratio, lengths, hp)
+    obj, clipped = _clip(torch.exp(seq)[:, None].expand(B, T), adv, valid, hp)
+    return obj, clipped, torch.exp(seq.detach())[valid.any(dim=1)]
+
+
+def sequence_token_clip(log_ratio, logp, adv, valid, lengths, hp: Hyper):
+    """GSPO-token (Zheng et al. 2025, eq. 13): the value s_i with each token's own gradient
+    (a stop-gradient on s_i), so advantages may differ per token."""
+    seq = _sequence_log_ratio(log_ratio, lengths, hp)
+    tok = torch.where(valid, logp - logp.detach(), torch.zeros_like(logp))
+    obj, clipped = _clip(torch.exp(seq.detach()[:, None] + tok), adv, valid, hp)
+    return obj, clipped, torch.exp(seq.detach())[valid.any(dim=1)]
+
+
+def cispo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4): sg[clip(w_it, 1 - lo, 1 + hi)] A logp_it.
+    The clipped weight only scales each token's gradient: no token drops out of the update, as
+    the ones PPO's clip zeroes do. Clipped: where the weight differs from the ratio."""
+    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))                 # (B, T)
+    weight = ratio.clamp(1.0 - hp.eps_low, 1.0 + hp.eps_high).detach()
+    return weight * adv * logp, (weight != ratio.detach()) & valid, ratio.detach()[valid]
+
+
+def gmpo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
+    """GMPO (Zhao et al. 2025, arXiv 2507.20673, eq. 6): A_i exp(mean_t sgn(A) min(sgn(A) log
+    w_it, sgn(A) clip(log w_it, -lo, hi))): the geometric mean of the token ratios, each clipped
+    in log space where the clip is pessimistic, on every token of sequence i. Per-token
+    advantages are averaged over the sequence first."""
+    B, T = log_ratio.shape
+    sgn = torch.sign(adv)
+    bounded = log_ratio.clamp(-hp.eps_low, hp.eps_high)
+    pessimistic = sgn * torch.minimum(sgn * log_ratio, sgn * bounded)      # (B, T)
+    rho = torch.exp(_sequence_log_ratio(torch.where(valid, pessimistic, 0.0), lengths, hp))
+    a = torch.where(valid, adv, 0.0).sum(dim=1) / lengths                  # (B,)
+    clipped = (sgn * bounded < sgn * log_ratio) & valid
+    return (a * rho)[:, None].expand(B, T), clipped, rho.detach()[valid.any(dim=1)]
+
+
+def sapo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
+    """SAPO (Gao et al. 2025, arXiv 2511.20347): f(w_it) A with the gate f(w) = 4 / tau
+    sigmoid(tau (w - 1)), tau_pos for A > 0, tau_neg otherwise: the gradient 4 s (1 - s) fades
+    smoothly off-policy (1 at w = 1) instead of dropping to 0 at a clip edge. Nothing is
+    clipped."""
+    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))                 # (B, T)
+    tau = torch.where(adv > 0, torch.tensor(hp.tau_pos, dtype=ratio.dtype),
+                      torch.tensor(hp.tau_neg, dtype=ratio.dtype))        # (B, T)
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
+    return gate * adv, torch.zeros_like(valid), ratio.detach()[valid]
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """One objective: its surrogate and its paper's defaults (the config's when unset)."""
+    surrogate: Callable
+    eps: tuple[float, float]           # (eps_low, eps_high); GMPO's in log space
+    agg: str = "seq-mean-token-mean"
+    adv_scale: str = "std"
+    clipped: bool = True               # False: eps_low / eps_high do not apply (SAPO)
+    per_token_adv: bool = True         # False: the surrogate needs one advantage per sequence
+
+
+OBJECTIVES: dict[str, Objective] = {
+    # GRPO's clip range as the GSPO paper's tuned baseline (section 5.1)
+    "grpo": Objective(token_clip, (0.2, 0.27)),
+    "gspo": Objective(sequence_clip, (3e-4, 4e-4), per_token_adv=False),
+    "gspo_token": Objective(sequence_token_clip, (3e-4, 4e-4)),
+    # DAPO (Yu et al. 2025, arXiv 2503.14476, section 3.1 clip-higher, 3.3 token-level loss)
+    "dapo": Objective(token_clip, (0.2, 0.28), agg="token-mean"),
+    # Dr. GRPO (Liu et al. 2025, arXiv 2503.20783, section 3.1): no std scaling, no per-sequence
+    # length normalisation (a constant, the longest response, in its place)
+    "dr_grpo": Objective(token_clip, (0.2, 0.2), agg="seq-mean-token-sum-norm", adv_scale="none"),
+    # CISPO: no lower bound; the upper one ScaleRL's (arXiv 2510.13786) eps_max = 5, i.e. 1 + 4
+    "cispo": Objective(cispo, (1.0, 4.0), agg="token-mean"),
+    # GMPO: clip range (e^-0.4, e^0.4) on the token ratio (section 4)
+    "gmpo": Objective(gmpo, (0.4, 0.4)),
+    "sapo": Objective(sapo, (0.0, 0.0), clipped=False),
+}
+DEFAULT_EPS = {name: o.eps for name, o in OBJECTIVES.items()}
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, *, level: str, eps_low: float, eps_high: float,
-                agg: str = "seq-mean-token-mean",
-                log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
+                mask: torch.Tensor, *, objective: str, eps_low: float = 0.0,
+                eps_high: float = 0.0, agg: str = "seq-mean-token-mean",
+                log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP, tau_pos: float = 1.0,
+                tau_neg: float = 1.05, norm_len: int = 0,
                 ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0
                 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped policy-gradient loss for GRPO (`level="token"`), GSPO (`"sequence"`) or GSPO-token.
+    """The loss of `objective` (a name in OBJECTIVES) on one batch.
 
-    logp, old_logp, mask: (B, T); advantages: (B,) per sequence or (B, T) per token (GSPO-token and
-    GRPO accept both; GSPO needs (B,)). Gradient flows through `logp` only.
+    logp, old_logp, mask: (B, T); advantages: (B,) per sequence or (B, T) per token (not for
+    GSPO). Gradient flows through `logp` only.
 
-    agg: "seq-mean-token-mean" (mean over each sequence's tokens, then over sequences: the paper's
-    form, no length weighting), "token-mean" (mean over all tokens of the batch: weights sequences
-    by length) or "seq-mean-token-sum" (sum over tokens, mean over sequences).
+    agg: "seq-mean-token-mean" (mean over each sequence's tokens, then over sequences: no length
+    weighting), "token-mean" (mean over all tokens of the batch: weights sequences by length),
+    "seq-mean-token-sum" (sum over tokens, mean over sequences) or "seq-mean-token-sum-norm"
+    (that divided by the constant `norm_len`: Dr. GRPO).
 
-    Returns (loss, metrics). Metrics: clip_frac_tokens (share of response tokens whose term is
-    clipped; at sequence level a token counts when its sequence is), clip_frac_seqs (sequences with
-    a clipped term), ratio_mean/min/max (token ratios for GRPO, s_i otherwise), approx_kl (k3
-    estimate of KL(pi_old || pi_theta) per token), and kl_ref when a reference is given. A term is
-    clipped when the clipped branch is the one min() selects and differs from the unclipped one.
-    """
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
+    Returns (loss, metrics). Metrics: clip_frac_tokens (share of response tokens whose term the
+    clip acted on; where the ratio is per sequence a token counts when its sequence does),
+    clip_frac_seqs (sequences with such a term), ratio_mean/min/max (token ratios, or s_i /
+    GMPO's rho_i per sequence), approx_kl (k3 estimate of KL(pi_old || pi_theta) per token), and
+    kl_ref when a reference is given."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
     if agg not in AGGS:
         raise ValueError(f"agg must be one of {AGGS}, got {agg!r}")
+    if agg == "seq-mean-token-sum-norm" and norm_len < 1:
+        raise ValueError("agg 'seq-mean-token-sum-norm' needs norm_len >= 1 (the constant length)")
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
         raise ValueError(f"logp, old_logp and mask must share a (B, T) shape, got "
                          f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
+    obj = OBJECTIVES[objective]
+    if advantages.dim() == 2 and not obj.per_token_adv:
+        raise ValueError(f"{objective} needs per-sequence advantages of shape (B,)")
     B, T = logp.shape
     valid = mask > 0                                               # (B, T)
     m = valid.to(logp.dtype)
     lengths = m.sum(dim=1).clamp(min=1)                            # (B,)
     # where() rather than multiply: whatever sits in padding (even inf/nan) never leaks in.
     log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))   # (B, T)
-    c = log_ratio_clamp
-
-    if advantages.dim() == 2 and level == "sequence":
-        raise ValueError("level='sequence' needs per-sequence advantages of shape (B,)")
     adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1       # (B, T)
            else advantages).to(logp.dtype)
-
-    ratio, seq_log_ratio = _ratio(logp, log_ratio, valid, lengths, level, c)
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
-    objective = torch.minimum(unclipped, clipped)
-    per_token = -objective                                         # (B, T)
+    hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
+    objective_t, is_clipped, ratios = obj.surrogate(log_ratio, torch.where(valid, logp, 0.0),
+                                                    adv, valid, lengths, hp)
+    per_token = -objective_t
 
     kl_ref = None
     if ref_logp is not None and kl_coef != 0.0:
-        d = torch.where(valid, ref_logp - logp, torch.zeros_like(logp)).clamp(-c, c)
+        d = torch.where(valid, ref_logp - logp, torch.zeros_like(logp)).clamp(-hp.clamp, hp.clamp)
         kl_ref = torch.exp(d) - d - 1.0                            # (B, T), k3, >= 0
         per_token = per_token + kl_coef * kl_ref
     per_token = torch.where(valid, per_token, torch.zeros_like(per_token))
 
-    loss = _aggregate(per_token, m, lengths, agg)
+    loss = _aggregate(per_token, m, lengths, agg, norm_len)
     with torch.no_grad():
-        ratios = ratio.detach()[valid] if level == "token" else \
-            torch.exp(seq_log_ratio.detach())[valid.any(dim=1)]
-        metrics = _loss_metrics((clipped < unclipped) & valid, m, log_ratio, ratios, c, kl_ref)
+        metrics = _loss_metrics(is_clipped, m, log_ratio, ratios, hp.clamp, kl_ref)
     return loss, metrics
 
 
-def _aggregate(per_token, m, lengths, agg: str) -> torch.Tensor:
+def _aggregate(per_token, m, lengths, agg: str, norm_len: int = 0) -> torch.Tensor:
     """per_token (B, T), zero on padding -> the scalar loss (see policy_loss's `agg`)."""
     if agg == "seq-mean-token-mean":
         return (per_token.sum(dim=1) / lengths).mean()
     if agg == "token-mean":
         return per_token.sum() / m.sum().clamp(min=1)
+    if agg == "seq-mean-token-sum-norm":
+        return per_token.sum(dim=1).mean() / norm_len
     return per_token.sum(dim=1).mean()
-
-
-def _ratio(logp, log_ratio, valid, lengths, level: str, c: float):
-    """The importance ratio per token, (B, T), and the sequence log-ratio, (B,) (None at token
-    level). GSPO: s_i = exp(mean_t log ratio) on every token of sequence i; GSPO-token: the same
-    value, with the gradient of each token's own log-prob (a stop-gradient on s_i)."""
-    B, T = logp.shape
-    if level == "token":
-        return torch.exp(log_ratio.clamp(-c, c)), None              # (B, T)
-    seq_log_ratio = (log_ratio.sum(dim=1) / lengths).clamp(-c, c)   # (B,)
-    if level == "sequence":
-        return torch.exp(seq_log_ratio)[:, None].expand(B, T), seq_log_ratio   # s_i per token
-    tok = torch.where(valid, logp - logp.detach(), torch.zeros_like(logp))
-    return torch.exp(seq_log_ratio.detach()[:, None] + tok), seq_log_ratio     # value s_i
 
 
 def _loss_metrics(is_clipped, m, log_ratio, ratios, c: float, kl_ref) -> dict[str, float]:

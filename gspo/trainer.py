@@ -1,4 +1,5 @@
-"""The RL loop shared by GRPO, GSPO and GSPO-token; `cfg.algorithm` is the only switch.
+"""The RL loop shared by every objective (GRPO, GSPO, GSPO-token and their successors,
+gspo.objectives.OBJECTIVES); `cfg.algorithm` is the only switch.
 
 One step:  sample prompts -> G rollouts each (engine) -> rewards (`reward_fn`, given by the
 caller: the trainer never knows the benchmarks) -> group advantages -> old log-probs (one no-grad pass of the policy) -> `epochs` x `minibatches`
@@ -326,9 +327,11 @@ class Trainer:
                 ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature,
                                              chunk=cfg.logprob_chunk)
         loss, m = objectives.policy_loss(
-            logp, old_logp[idx][:, :logp.shape[1]], adv[idx], sub["target_mask"], level=cfg.level,
-            eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
-            log_ratio_clamp=cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=cfg.kl_coef)
+            logp, old_logp[idx][:, :logp.shape[1]], adv[idx], sub["target_mask"],
+            objective=cfg.algorithm, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
+            log_ratio_clamp=cfg.log_ratio_clamp, tau_pos=cfg.sapo_tau_pos,
+            tau_neg=cfg.sapo_tau_neg, norm_len=cfg.max_new_tokens, ref_logp=ref_logp,
+            kl_coef=cfg.kl_coef)
         if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
             aux = hooks.aux_loss(sub["attention_mask"])
             loss = loss + cfg.router_aux_loss_coef * aux

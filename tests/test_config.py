@@ -15,7 +15,14 @@ def test_clip_ranges_default_to_each_algorithms_paper_setting():
             RLConfig(algorithm="gspo", train_data=src).eps_high) == (3e-4, 4e-4)
     assert (RLConfig(algorithm="grpo", train_data=src).eps_low,
             RLConfig(algorithm="grpo", train_data=src).eps_high) == (0.2, 0.27)
-    assert RLConfig(algorithm="gspo_token", train_data=src).level == "sequence_token"
+    assert (RLConfig(algorithm="dapo", train_data=src).eps_high,
+            RLConfig(algorithm="dapo", train_data=src).agg) == (0.28, "token-mean")
+    dr = RLConfig(algorithm="dr_grpo", train_data=src)
+    assert (dr.adv_scale, dr.agg) == ("none", "seq-mean-token-sum-norm")
+    assert RLConfig(algorithm="gspo", train_data=src).agg == "seq-mean-token-mean"
+    # a field set by hand wins over the objective's default
+    assert RLConfig(algorithm="dapo", agg="seq-mean-token-mean", train_data=src).agg == \
+        "seq-mean-token-mean"
     assert RLConfig(train_data=src).kl_coef == 0.0
 
 
@@ -38,7 +45,9 @@ def test_a_wrong_type_names_the_dotted_field(tmp_path):
 
 
 def test_an_unknown_algorithm_is_rejected_with_the_valid_choices(tmp_path):
-    with pytest.raises(ConfigError, match=r"algorithm: must be one of \['grpo', 'gspo', 'gspo_token'\]"):
+    with pytest.raises(ConfigError, match=r"algorithm: must be one of \['cispo', 'dapo', "
+                                          r"'dr_grpo', 'gmpo', 'grpo', 'gspo', 'gspo_token', "
+                                          r"'sapo'\]"):
         load(RLConfig, write(tmp_path, "algorithm: ppo\ntrain_data: [{path: a}]\n"))
 
 
@@ -124,3 +133,16 @@ def test_the_workflow_schema_defaults_are_the_config_dataclasses_defaults():
                      ("data", DataGenConfig)):
         bad += _schema_defaults_vs(cls, props[key], schema, key)
     assert not bad, "\n".join(bad)
+
+
+def test_a_setting_that_does_not_apply_to_the_objective_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"eps_low/eps_high: sapo has no clip"):
+        load(RLConfig, write(tmp_path, "algorithm: sapo\neps_high: 0.3\ntrain_data: [{path: a}]\n"))
+    with pytest.raises(ConfigError, match=r"sapo_tau_pos/sapo_tau_neg: apply to algorithm: sapo "
+                                          r"only, not gspo"):
+        load(RLConfig, write(tmp_path, "sapo_tau_neg: 2.0\ntrain_data: [{path: a}]\n"))
+    sapo = load(RLConfig, write(tmp_path, "algorithm: sapo\nsapo_tau_neg: 2.0\n"
+                                          "train_data: [{path: a}]\n"))
+    assert (sapo.sapo_tau_pos, sapo.sapo_tau_neg, sapo.eps_low) == (1.0, 2.0, 0.0)
+    # CISPO's default lower bound 1.0 (no bound: a weight is never below 0) is valid for it
+    assert RLConfig(algorithm="cispo", train_data=[DataSource("a")]).eps_low == 1.0

@@ -8,9 +8,9 @@ import torch
 from gspo.objectives import (DEFAULT_EPS, group_advantages, policy_loss, token_logprobs,
                              zero_variance_fraction)
 
-GRPO = dict(level="token", eps_low=0.2, eps_high=0.27)
-GSPO = dict(level="sequence", eps_low=3e-4, eps_high=4e-4)
-GSPO_TOKEN = dict(level="sequence_token", eps_low=3e-4, eps_high=4e-4)
+GRPO = dict(objective="grpo", eps_low=0.2, eps_high=0.27)
+GSPO = dict(objective="gspo", eps_low=3e-4, eps_high=4e-4)
+GSPO_TOKEN = dict(objective="gspo_token", eps_low=3e-4, eps_high=4e-4)
 
 
 def leaf(rows):
@@ -108,7 +108,7 @@ def test_on_policy_all_three_levels_give_the_same_gradient_and_no_clipping():
 
 @pytest.mark.parametrize("adv_sign", [1.0, -1.0])
 def test_sequence_clipping_engages_exactly_outside_the_band_in_the_advantages_direction(adv_sign):
-    lo, hi = DEFAULT_EPS["sequence"]
+    lo, hi = DEFAULT_EPS["gspo"]
     for s in [0.9990, 1 - lo - 1e-5, 1 - lo + 1e-5, 1.0, 1 + hi - 1e-5, 1 + hi + 1e-5, 1.0020]:
         logp = torch.full((1, 4), math.log(s), dtype=torch.float64)
         _, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([adv_sign]),
@@ -188,13 +188,17 @@ def test_token_logprobs_apply_the_temperature_before_the_softmax():
     assert ent.item() == pytest.approx(-(p1 * math.log(p1) + (1 - p1) * math.log(1 - p1)))
 
 
-def test_unknown_level_or_aggregation_is_rejected_by_name():
+def test_unknown_objective_or_aggregation_is_rejected_by_name():
     x = torch.zeros(1, 2)
-    with pytest.raises(ValueError, match="level"):
-        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), level="seq", eps_low=.2, eps_high=.2)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), objective="ppo", eps_low=.2,
+                    eps_high=.2)
     with pytest.raises(ValueError, match="agg"):
-        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), level="token", eps_low=.2,
+        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), objective="grpo", eps_low=.2,
                     eps_high=.2, agg="sum")
+    with pytest.raises(ValueError, match="norm_len"):
+        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), objective="dr_grpo", eps_low=.2,
+                    eps_high=.2, agg="seq-mean-token-sum-norm")
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 64])
@@ -243,3 +247,92 @@ def test_sequence_logprobs_in_chunks_match_the_model_s_own_logits(tiny_model_dir
     assert outs[0][2].keys() == outs[3][2].keys() and outs[0][2]
     for name in outs[0][2]:
         torch.testing.assert_close(outs[0][2][name], outs[3][2][name], rtol=1e-4, atol=1e-6)
+
+
+# -- GSPO's successors, each against values worked out by hand ------------------------------------
+
+def flat(rows) -> list[float]:
+    return torch.as_tensor(rows, dtype=torch.float64).flatten().tolist()
+
+
+def test_dapo_clips_higher_and_averages_over_all_tokens():
+    # ratios 1.3, 0.5 (sequence 1) and 1.1 (sequence 2), A = 1: 1.3 clips to 1.28, the others not
+    logp = leaf([[math.log(1.3), math.log(0.5)], [math.log(1.1), 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, 1.0]), mask,
+                          objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean")
+    assert loss.item() == pytest.approx(-(1.28 + 0.5 + 1.1) / 3)
+    loss.backward()
+    # d(-r / 3)/dlogp = -r / 3; the clipped token none; padding none
+    assert flat(logp.grad) == pytest.approx(flat([[0.0, -0.5 / 3], [-1.1 / 3, 0.0]]))
+    assert m["clip_frac_tokens"] == pytest.approx(1 / 3) and m["clip_frac_seqs"] == 0.5
+
+
+def test_dr_grpo_sums_tokens_and_divides_by_a_constant_length():
+    logp = leaf([[math.log(1.3), math.log(0.5)], [math.log(1.1), 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    loss, _ = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, 1.0]), mask,
+                          objective="dr_grpo", eps_low=0.2, eps_high=0.2,
+                          agg="seq-mean-token-sum-norm", norm_len=4)
+    # sequence sums -(1.2 + 0.5) and -1.1, their mean -1.4, over the constant 4
+    assert loss.item() == pytest.approx(-1.4 / 4)
+    loss.backward()
+    assert flat(logp.grad) == pytest.approx(flat([[0.0, -0.5 / 8], [-1.1 / 8, 0.0]]))
+
+
+def test_cispo_clips_the_weight_but_keeps_every_tokens_gradient():
+    logp = leaf([[math.log(2.0), math.log(7.0)]])
+    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0]), torch.ones(1, 2),
+                          objective="cispo", eps_low=1.0, eps_high=4.0, agg="token-mean")
+    # weights sg[clip(r, 0, 5)] = 2 and 5: loss -(2 logp_1 + 5 logp_2) / 2
+    assert loss.item() == pytest.approx(-(2 * math.log(2) + 5 * math.log(7)) / 2)
+    loss.backward()
+    # the token past the bound still moves (PPO's clip would give it no gradient at all)
+    assert flat(logp.grad) == pytest.approx(flat([[-1.0, -2.5]]))
+    assert m["clip_frac_tokens"] == 0.5 and m["clip_frac_seqs"] == 1.0
+
+
+def test_gmpo_takes_the_geometric_mean_of_token_ratios_clipped_in_log_space():
+    # A > 0: log ratios 0.6 and -0.2; the first clips to 0.4 (pessimistic for A > 0), mean 0.1.
+    # A < 0: log ratios 0.6 and -0.6; pessimistic is the larger, max(0.6, 0.4) and
+    # max(-0.6, -0.4): 0.6 and -0.4 (the second clipped), mean 0.1.
+    logp = leaf([[0.6, -0.2], [0.6, -0.6]])
+    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, -1.0]),
+                          torch.ones(2, 2), objective="gmpo", eps_low=0.4, eps_high=0.4)
+    e = math.exp(0.1)
+    assert loss.item() == pytest.approx((-e + e) / 2)
+    loss.backward()
+    # d(-A rho)/dlogp_t = -A rho / |y| / 2 sequences, where token t is not clipped
+    assert flat(logp.grad) == pytest.approx(flat([[0.0, -e / 4], [e / 4, 0.0]]))
+    assert m["clip_frac_tokens"] == 0.5 and m["clip_frac_seqs"] == 1.0
+    assert m["ratio_mean"] == pytest.approx(e)
+
+
+def test_sapo_gates_the_ratio_smoothly_with_a_temperature_per_advantage_sign():
+    # r = 2, A = 1, tau 1: gate 4 sigmoid(1); its slope 4 sigmoid(1)(1 - sigmoid(1)) times r
+    logp = leaf([[math.log(2.0)], [0.0]])
+    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, -1.0]),
+                          torch.ones(2, 1), objective="sapo", tau_pos=1.0, tau_neg=1.05)
+    sig = 1 / (1 + math.exp(-1))
+    # r = 1, A = -1, tau 1.05: gate 4 / 1.05 * 1/2
+    assert loss.item() == pytest.approx((-4 * sig + 2 / 1.05) / 2)
+    loss.backward()
+    assert flat(logp.grad) == pytest.approx(flat([[-4 * sig * (1 - sig) * 2 / 2], [1.0 / 2]]))
+    assert m["clip_frac_tokens"] == 0.0          # nothing is clipped: the gate only fades
+
+
+def test_every_registered_objective_is_a_loss_whose_gradient_ascends_the_advantage():
+    # one step down the loss raises the log-prob of the positive-advantage sequence's tokens
+    from gspo.objectives import OBJECTIVES
+
+    g = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 5, generator=g, dtype=torch.float64)
+    for name, obj in OBJECTIVES.items():
+        # within every clip band (GSPO's is 3e-4 wide): the step is on the gradient, not a clip edge
+        logp = (old + 1e-6 * torch.randn(4, 5, generator=g, dtype=torch.float64)).requires_grad_()
+        loss, m = policy_loss(logp, old, torch.tensor([1.0, -1.0, 0.5, -0.5]), torch.ones(4, 5),
+                              objective=name, eps_low=obj.eps[0] or 0.2,
+                              eps_high=obj.eps[1] or 0.2, agg=obj.agg, norm_len=5)
+        loss.backward()
+        assert torch.isfinite(loss) and set(m) >= {"clip_frac_tokens", "clip_frac_seqs"}, name
+        assert (logp.grad[0] < 0).all() and (logp.grad[1] > 0).all(), name

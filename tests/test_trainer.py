@@ -13,6 +13,7 @@ from evaluators.tasks import reward, rewards
 from gspo import trainer as trainer_mod
 from gspo.checkpoint import list_checkpoints
 from gspo.config import DataSource, RLConfig, SFTConfig
+from gspo.objectives import OBJECTIVES
 from gspo.sft import run_sft
 from gspo.tracking import read_metrics
 
@@ -53,7 +54,7 @@ def test_sft_lowers_the_loss_and_writes_a_loadable_model(sft_model):
     assert (sft_model / "config.json").is_file() and (sft_model / "tokenizer.json").is_file()
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "gspo", "gspo_token"])
+@pytest.mark.parametrize("algorithm", list(OBJECTIVES))
 def test_each_algorithm_trains_and_logs_the_step_metrics(data, sft_model, tmp_path, algorithm):
     cfg = rl_cfg(data, sft_model, tmp_path, algorithm=algorithm)
     out = trainer_mod.run_rl(cfg, rewards)

@@ -8,7 +8,9 @@ import pathlib
 from evaluators.tasks import TITLES
 from pipeline.report.stats import curve
 
-COLORS = {"grpo": "#d62728", "gspo": "#1f77b4", "gspo_token": "#2ca02c", "sft": "#555555"}
+COLORS = {"grpo": "#d62728", "gspo": "#1f77b4", "gspo_token": "#2ca02c", "dapo": "#ff7f0e",
+          "dr_grpo": "#9467bd", "cispo": "#8c564b", "gmpo": "#e377c2", "sapo": "#17becf",
+          "sft": "#555555"}
 
 
 def _plt():
