@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from gspo.objectives import AGGS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
+from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
 ALGORITHMS = tuple(OBJECTIVES)     # the config's `algorithm`: gspo.objectives registers them
 
@@ -217,6 +217,21 @@ class RLConfig:
     sapo_tau_pos: float = option(1.0, "sapo only: the gate's temperature for positive advantages")
     sapo_tau_neg: float = option(1.05, "sapo only: the gate's temperature for negative "
                                  "advantages")
+    mask_truncated: typing.Optional[bool] = option(None, "no loss on responses cut at "
+                                                   "max_new_tokens (DAPO's overlong filtering; "
+                                                   "None: true for dapo, false otherwise)")
+    overlong_buffer: typing.Optional[int] = option(None, "DAPO's soft overlong punishment: the "
+                                                   "reward falls linearly to -1 over the last "
+                                                   "this many tokens before max_new_tokens (0: "
+                                                   "off; None: max_new_tokens / 5 for dapo, as "
+                                                   "its paper's 4096 of 20480, 0 otherwise)")
+    rollout_correction: str = option("none", "importance weights pi_old / pi_engine on each "
+                                     f"token's loss, for any objective: one of "
+                                     f"{list(CORRECTIONS)} (truncate: TIS, mask: MIS; sequence: "
+                                     "the product of its tokens' weights)")
+    rollout_correction_min: float = option(0.0, "rollout_correction's lower bound")
+    rollout_correction_max: float = option(3.0, "rollout_correction's upper bound (TRL's "
+                                           "default)")
     log_ratio_clamp: float = option(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
     kl_coef: float = option(0.0, "KL penalty to the starting model (paper: 0)")
     temperature: float = option(1.0, "sampling temperature (also applied to trainer log-probs)")
@@ -264,11 +279,11 @@ class RLConfig:
     def __post_init__(self):
         check(self.algorithm in ALGORITHMS, "algorithm",
                f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
-        self._objective_defaults()
         check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
                      "max_consecutive_nonfinite"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        self._objective_defaults()
         check(self.group_size >= 2, "group_size",
                f"must be >= 2 for group-relative advantages, got {self.group_size}")
         n = self.prompts_per_step * self.group_size
@@ -327,6 +342,19 @@ class RLConfig:
               "must be > 0")
         self.agg = obj.agg if self.agg is None else self.agg
         self.adv_scale = obj.adv_scale if self.adv_scale is None else self.adv_scale
+        if self.mask_truncated is None:
+            self.mask_truncated = obj.mask_truncated
+        if self.overlong_buffer is None:
+            self.overlong_buffer = int(obj.overlong_fraction * self.max_new_tokens)
+        check(0 <= self.overlong_buffer < self.max_new_tokens, "overlong_buffer",
+              f"must be in [0, max_new_tokens={self.max_new_tokens}), got {self.overlong_buffer}")
+        check(self.rollout_correction in CORRECTIONS, "rollout_correction",
+              f"must be one of {list(CORRECTIONS)}, got {self.rollout_correction!r}")
+        check(self.rollout_correction == "none" or self.old_logprobs == "recompute",
+              "rollout_correction", "weighs the trainer's old log-probs against the engine's: "
+              "it needs old_logprobs: recompute (with 'rollout' the two are the same)")
+        check(0 <= self.rollout_correction_min < self.rollout_correction_max,
+              "rollout_correction_min/rollout_correction_max", "need 0 <= min < max")
 
 
 # -- loading ------------------------------------------------------------------------------------

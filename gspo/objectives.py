@@ -166,6 +166,9 @@ class Objective:
     adv_scale: str = "std"
     clipped: bool = True               # False: eps_low / eps_high do not apply (SAPO)
     per_token_adv: bool = True         # False: the surrogate needs one advantage per sequence
+    mask_truncated: bool = False       # DAPO's overlong filtering: no loss on truncated responses
+    overlong_fraction: float = 0.0     # DAPO's soft overlong punishment over this share of the
+                                       # longest response (its paper: 4096 of 20480)
 
 
 OBJECTIVES: dict[str, Objective] = {
@@ -174,7 +177,8 @@ OBJECTIVES: dict[str, Objective] = {
     "gspo": Objective(sequence_clip, (3e-4, 4e-4), per_token_adv=False),
     "gspo_token": Objective(sequence_token_clip, (3e-4, 4e-4)),
     # DAPO (Yu et al. 2025, arXiv 2503.14476, section 3.1 clip-higher, 3.3 token-level loss)
-    "dapo": Objective(token_clip, (0.2, 0.28), agg="token-mean"),
+    "dapo": Objective(token_clip, (0.2, 0.28), agg="token-mean", mask_truncated=True,
+                      overlong_fraction=0.2),
     # Dr. GRPO (Liu et al. 2025, arXiv 2503.20783, section 3.1): no std scaling, no per-sequence
     # length normalisation (a constant, the longest response, in its place)
     "dr_grpo": Objective(token_clip, (0.2, 0.2), agg="seq-mean-token-sum-norm", adv_scale="none"),
@@ -187,17 +191,48 @@ OBJECTIVES: dict[str, Objective] = {
 DEFAULT_EPS = {name: o.eps for name, o in OBJECTIVES.items()}
 
 
+CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def rollout_correction(old_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
+                       mode: str, c_min: float = 0.0, c_max: float = 3.0) -> torch.Tensor:
+    """Rollout correction: the importance weight pi_old / pi_engine of each token, (B, T), no
+    gradient, that multiplies each token's loss, since the engine that sampled computes the
+    policy a little differently from the trainer (Yao et al. 2025, "Your efficient RL framework
+    secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*, verl's
+    rollout_correction). Per token, or per sequence (the product of its token weights, on every
+    token); truncated to [c_min, c_max] (TIS), or set to 0 outside it (MIS)."""
+    if mode not in CORRECTIONS[1:]:
+        raise ValueError(f"mode must be one of {CORRECTIONS[1:]}, got {mode!r}")
+    valid = mask > 0
+    diff = torch.where(valid, old_logp - engine_logp, torch.zeros_like(old_logp))   # (B, T)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=1, keepdim=True).expand_as(diff)
+    w = torch.exp(diff)
+    w = (w.clamp(min=c_min, max=c_max) if mode.endswith("truncate")
+         else w.masked_fill((w < c_min) | (w > c_max), 0.0))
+    return torch.where(valid, w, torch.zeros_like(w)).detach()
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), (B,): 0 up to max_len - buffer
+    tokens, then falling linearly to -1 at max_len, added to the task reward."""
+    return ((max_len - buffer - lengths.double()) / buffer).clamp(-1.0, 0.0)
+
+
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, *, objective: str, eps_low: float = 0.0,
                 eps_high: float = 0.0, agg: str = "seq-mean-token-mean",
                 log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP, tau_pos: float = 1.0,
                 tau_neg: float = 1.05, norm_len: int = 0,
+                is_weights: torch.Tensor | None = None,
                 ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0
                 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of `objective` (a name in OBJECTIVES) on one batch.
 
     logp, old_logp, mask: (B, T); advantages: (B,) per sequence or (B, T) per token (not for
-    GSPO). Gradient flows through `logp` only.
+    GSPO). Gradient flows through `logp` only. is_weights: (B, T) rollout_correction's weights,
+    multiplying each token's loss (the KL penalty's term excepted).
 
     agg: "seq-mean-token-mean" (mean over each sequence's tokens, then over sequences: no length
     weighting), "token-mean" (mean over all tokens of the batch: weights sequences by length),
@@ -209,15 +244,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     clip_frac_seqs (sequences with such a term), ratio_mean/min/max (token ratios, or s_i /
     GMPO's rho_i per sequence), approx_kl (k3 estimate of KL(pi_old || pi_theta) per token), and
     kl_ref when a reference is given."""
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
-    if agg not in AGGS:
-        raise ValueError(f"agg must be one of {AGGS}, got {agg!r}")
-    if agg == "seq-mean-token-sum-norm" and norm_len < 1:
-        raise ValueError("agg 'seq-mean-token-sum-norm' needs norm_len >= 1 (the constant length)")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
-        raise ValueError(f"logp, old_logp and mask must share a (B, T) shape, got "
-                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
+    _check(logp, old_logp, mask, objective, agg, norm_len)
     obj = OBJECTIVES[objective]
     if advantages.dim() == 2 and not obj.per_token_adv:
         raise ValueError(f"{objective} needs per-sequence advantages of shape (B,)")
@@ -233,6 +260,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     objective_t, is_clipped, ratios = obj.surrogate(log_ratio, torch.where(valid, logp, 0.0),
                                                     adv, valid, lengths, hp)
     per_token = -objective_t
+    if is_weights is not None:
+        per_token = per_token * is_weights
 
     kl_ref = None
     if ref_logp is not None and kl_coef != 0.0:
@@ -245,6 +274,18 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     with torch.no_grad():
         metrics = _loss_metrics(is_clipped, m, log_ratio, ratios, hp.clamp, kl_ref)
     return loss, metrics
+
+
+def _check(logp, old_logp, mask, objective: str, agg: str, norm_len: int) -> None:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
+    if agg not in AGGS:
+        raise ValueError(f"agg must be one of {AGGS}, got {agg!r}")
+    if agg == "seq-mean-token-sum-norm" and norm_len < 1:
+        raise ValueError("agg 'seq-mean-token-sum-norm' needs norm_len >= 1 (the constant length)")
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
+        raise ValueError(f"logp, old_logp and mask must share a (B, T) shape, got "
+                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
 
 
 def _aggregate(per_token, m, lengths, agg: str, norm_len: int = 0) -> torch.Tensor:

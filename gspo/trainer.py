@@ -1,14 +1,13 @@
 """The RL loop shared by every objective (GRPO, GSPO, GSPO-token and their successors,
 gspo.objectives.OBJECTIVES); `cfg.algorithm` is the only switch.
 
-One step:  sample prompts -> G rollouts each (engine) -> rewards (`reward_fn`, given by the
-caller: the trainer never knows the benchmarks) -> group advantages -> old log-probs (one no-grad pass of the policy) -> `epochs` x `minibatches`
-clipped updates -> sync the new weights into the engine -> log -> maybe checkpoint.
+One step: prompts -> G rollouts each (engine) -> rewards (`reward_fn`, the caller's: the trainer
+never knows the benchmarks) -> old log-probs (a no-grad pass) -> advantages, shaping and rollout
+correction (gspo.shaping) -> `epochs` x `minibatches` updates -> engine sync -> log, checkpoint.
 
 The first minibatch of each step is on-policy (ratio exactly 1); the later ones are not, which is
-where the algorithms differ. Every random draw is a pure function of (seed, step), and the LR
-schedule of the step, so resuming from a checkpoint reproduces an uninterrupted run bit for bit on
-CPU.
+where the algorithms differ. Every random draw is a pure function of (seed, step), as is the LR,
+so resuming from a checkpoint reproduces an uninterrupted run bit for bit on CPU.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from tqdm import tqdm
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import moe, objectives, step_metrics, tokens
+from gspo import moe, objectives, shaping, step_metrics, tokens
 from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
                              STATE)
 from gspo.config import RLConfig, to_dict
@@ -68,6 +67,7 @@ class Trainer:
         self.old_routing = None          # MoE: the replayed / old top-k experts (moe.Routing)
         self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
         self.engine_routing = None       # MoE: what the rollout engine's routers picked
+        self.is_weights = None           # the step's rollout-correction weights (gspo.shaping)
         # The torch engine reports its routing on MoE models: replayed with
         # routing_replay_source: engine, else compared with the trainer's (moe/engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
@@ -331,7 +331,8 @@ class Trainer:
             objective=cfg.algorithm, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
             log_ratio_clamp=cfg.log_ratio_clamp, tau_pos=cfg.sapo_tau_pos,
             tau_neg=cfg.sapo_tau_neg, norm_len=cfg.max_new_tokens, ref_logp=ref_logp,
-            kl_coef=cfg.kl_coef)
+            kl_coef=cfg.kl_coef, is_weights=None if self.is_weights is None
+            else self.is_weights[idx][:, :logp.shape[1]])
         if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
             aux = hooks.aux_loss(sub["attention_mask"])
             loss = loss + cfg.router_aux_loss_coef * aux
@@ -372,7 +373,6 @@ class Trainer:
         batch = pad_batch(prompts, [c.token_ids for c in comps], self.codec.pad_id)
         batch = {k: v.to(cfg.device) for k, v in batch.items()}
         mask = batch["target_mask"]
-        adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
         if self.want_engine_routing:
             self.engine_routing = moe.engine_routing(
                 prompts, comps, batch["input_ids"].shape[1],
@@ -384,10 +384,14 @@ class Trainer:
             old_logp, entropy = engine_logp, None
             if self._replays_engine:
                 self.old_routing = self.engine_routing
+        sh = shaping.shape(batch, torch.tensor([len(c.token_ids) for c in comps]),
+                           torch.tensor([c.finish_reason == "length" for c in comps]), rewards,
+                           old_logp, engine_logp, cfg, self.world)
+        self.is_weights = sh.is_weights
         t2 = time.perf_counter()
         n_local = batch["input_ids"].shape[0]
         rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
-        upd, skipped, first = self.update(batch, old_logp, adv.to(cfg.device), step, rows=rows)
+        upd, skipped, first = self.update(sh.train, old_logp, sh.advantages, step, rows=rows)
         self._sync_engine()
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
@@ -410,7 +414,7 @@ class Trainer:
             "skipped_updates": skipped,
             **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first, self.world),
             "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
-            **upd, **moe_rec, **mfu, **self.state,
+            **upd, **moe_rec, **mfu, **sh.metrics, **self.state,
         }
 
     def _moe_record(self, batch, first) -> dict:

@@ -25,7 +25,8 @@ B, T = 4, 6
 
 
 def trl_loss(loss_type: str, logp, old, adv, mask, *, eps_low: float, eps_high: float,
-             level: str = "token", max_len: int = T, tau=(1.0, 1.05), tmp_path=None):
+             level: str = "token", max_len: int = T, tau=(1.0, 1.05), is_ratio=None,
+             tmp_path=None):
     """TRL's GRPO loss of `logp` (a leaf) and its metrics: (loss, {metric: value})."""
     from accelerate import Accelerator
     from trl import GRPOConfig
@@ -43,7 +44,10 @@ def trl_loss(loss_type: str, logp, old, adv, mask, *, eps_low: float, eps_high: 
     t.epsilon_low, t.epsilon_high, t.beta = eps_low, eps_high, 0.0
     t.max_completion_length = max_len
     t.top_entropy_quantile, t.off_policy_mask_threshold = 1.0, None
-    t.use_vllm, t._entropy_bonus_enabled, t.aux_loss_enabled = False, False, False
+    t._entropy_bonus_enabled, t.aux_loss_enabled = False, False
+    # the rollout correction: TRL multiplies each token's loss by the ratios it computed when it
+    # sampled with vLLM; given here, as ours are given to policy_loss
+    t.use_vllm = t.vllm_importance_sampling_correction = is_ratio is not None
     t.model = torch.nn.Identity()                    # .training: True
     t.current_gradient_accumulation_steps = 1
     t.accelerator = Accelerator(cpu=True)
@@ -55,6 +59,8 @@ def trl_loss(loss_type: str, logp, old, adv, mask, *, eps_low: float, eps_high: 
               "completion_ids": torch.zeros(B, T, dtype=torch.long),
               "completion_mask": mask.long(), "advantages": adv, "old_per_token_logps": old,
               "num_items_in_batch": mask.sum()}
+    if is_ratio is not None:
+        inputs["importance_sampling_ratio"] = is_ratio
     loss = t._compute_loss(None, inputs)
     return loss, {k: v[-1] for k, v in t._metrics["train"].items()}
 
@@ -161,3 +167,22 @@ def test_the_comparison_fails_when_a_clip_bound_or_the_aggregation_changes(batch
     assert abs(l_ours - l_trl) > 1e-6                     # the first assertion above fails
     if change == "aggregation":                          # and every token's weight changes
         assert not torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
+def test_the_rollout_correction_weighs_the_loss_as_trls_vllm_importance_sampling(batch, tmp_path,
+                                                                                 mode):
+    # TRL computes its ratios while sampling (not callable alone); the same weights, ours,
+    # enter both losses the same way. Sequence-level ratios are one per sequence in TRL, (B, 1).
+    from gspo.objectives import rollout_correction
+
+    old, mask, adv, g = batch
+    engine = old + 0.1 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    w = rollout_correction(old, engine, mask, mode, c_min=0.0, c_max=1.5)
+    assert 0 < float((w * mask).sum() / mask.sum()) and (w[mask > 0] != 1).any()
+    trl_w = w[:, :1] if mode.startswith("sequence") else w
+    ours, trl, _ = SAME["dapo"]
+    l_ours, l_trl, g_ours, g_trl, *_ = both(batch, tmp_path, {**ours, "is_weights": w},
+                                            {**trl, "is_ratio": trl_w})
+    assert l_ours == pytest.approx(l_trl, abs=1e-9, rel=1e-9)
+    assert torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)

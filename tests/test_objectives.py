@@ -336,3 +336,45 @@ def test_every_registered_objective_is_a_loss_whose_gradient_ascends_the_advanta
         loss.backward()
         assert torch.isfinite(loss) and set(m) >= {"clip_frac_tokens", "clip_frac_seqs"}, name
         assert (logp.grad[0] < 0).all() and (logp.grad[1] > 0).all(), name
+
+
+# -- DAPO's shaping and the rollout correction -----------------------------------------------------
+
+def test_rollout_correction_truncates_or_masks_per_token_or_per_sequence():
+    from gspo.objectives import rollout_correction
+
+    # old - engine log-probs: ln 2, ln 4 (sequence 1); ln 0.5 and padding (sequence 2)
+    old = torch.tensor([[math.log(2), math.log(4)], [math.log(0.5), 9.0]], dtype=torch.float64)
+    engine = torch.zeros(2, 2, dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+
+    def w(mode):
+        return flat(rollout_correction(old, engine, mask, mode, c_min=0.6, c_max=3.0))
+    assert w("token_truncate") == pytest.approx([2.0, 3.0, 0.6, 0.0])
+    assert w("token_mask") == pytest.approx([2.0, 0.0, 0.0, 0.0])
+    # the sequence's weight is the product of its tokens': 8 (capped to 3, or masked) and 0.5
+    assert w("sequence_truncate") == pytest.approx([3.0, 3.0, 0.6, 0.0])
+    assert w("sequence_mask") == pytest.approx([0.0, 0.0, 0.0, 0.0])
+
+
+def test_rollout_correction_weights_each_tokens_loss_but_not_the_gradient_of_the_weight():
+    logp = leaf([[0.1, -0.1]])
+    weights = torch.tensor([[2.0, 0.5]], dtype=torch.float64)
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 2), **GRPO,
+                          is_weights=weights)
+    assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2)        # ratio 1 on-policy
+    loss.backward()
+    assert flat(logp.grad) == pytest.approx([-1.0, -0.25])
+
+
+def test_dapos_overlong_punishment_is_trls_reward_function():
+    from trl.rewards import get_soft_overlong_punishment
+
+    from gspo.objectives import overlong_penalty
+
+    lengths = [10, 80, 81, 90, 99, 100, 120]
+    ours = overlong_penalty(torch.tensor(lengths), max_len=100, buffer=20).tolist()
+    assert ours == pytest.approx([0.0, 0.0, -0.05, -0.5, -0.95, -1.0, -1.0])
+    theirs = get_soft_overlong_punishment(max_completion_len=100, soft_punish_cache=20)(
+        [[1] * n for n in lengths])
+    assert ours == pytest.approx(theirs, abs=1e-12)

@@ -380,3 +380,30 @@ def test_the_greedy_check_decodes_what_the_rollout_engine_decodes_greedily(data,
         prompts, n=1, temperature=0.0, max_new_tokens=24, seed=0, stop_token_ids=codec.stop_ids)
     assert ours == [g[0].token_ids for g in theirs]
     assert any(t[-1] in codec.stop_ids for t in ours)          # rows stopped on their own
+
+
+def test_dapo_masks_truncated_responses_and_punishes_overlong_ones(data, sft_model, tmp_path):
+    # 8 new tokens: most toy answers are cut, so the shaping has something to act on
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, algorithm="dapo", steps=1,
+                              max_new_tokens=8), rewards)
+    row = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert 0 < row["truncated_masked"] <= 1
+    assert -1 <= row["overlong_penalty_mean"] < 0          # buffer 8 / 5 = 1 token: -1 when cut
+    cfg = rl_cfg(data, sft_model, tmp_path / "g", algorithm="grpo", steps=1)
+    assert (cfg.mask_truncated, cfg.overlong_buffer) == (False, 0)
+
+
+def test_rollout_correction_weighs_a_bfloat16_engine_against_the_trainer(data, sft_model,
+                                                                         tmp_path):
+    from gspo.config import RolloutConfig
+
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=1,
+                              rollout=RolloutConfig(dtype="bfloat16"),
+                              rollout_correction="token_mask", rollout_correction_min=0.99,
+                              rollout_correction_max=1.01), rewards)
+    row = read_metrics(tmp_path / "metrics.jsonl")[0]
+    # bf16 rounding moves some token weights past 1 +- 1%: those tokens drop out of the loss
+    assert 0 < row["rollout_is_zeroed"] < 0.5 and row["rollout_is_mean"] != 1.0
+    with pytest.raises(Exception, match="rollout_correction: weighs the trainer's old"):
+        rl_cfg(data, sft_model, tmp_path, rollout_correction="token_mask",
+               old_logprobs="rollout")

@@ -1,0 +1,52 @@
+"""What a step does to its rollouts between sampling and the update, beyond the group advantages:
+DAPO's soft overlong punishment (added to the rewards) and overlong filtering (no loss on
+truncated responses), and the rollout correction's importance weights (gspo.objectives). Each
+is off unless the config (or the objective's defaults, gspo.objectives.Objective) turns it on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from gspo import distributed as dist
+from gspo import objectives
+
+
+@dataclasses.dataclass
+class Shaped:
+    train: dict               # the batch the update trains on: target_mask without truncated rows
+    advantages: torch.Tensor  # (B,)
+    is_weights: torch.Tensor | None   # (B, T) rollout-correction weights, or None
+    metrics: dict
+
+
+def shape(batch: dict, lengths: torch.Tensor, truncated: torch.Tensor, rewards: torch.Tensor,
+          old_logp: torch.Tensor, engine_logp: torch.Tensor, cfg,
+          world: dist.World = dist.World()) -> Shaped:
+    """The step's advantages, training batch and correction weights from its padded `batch`,
+    response `lengths` (B,), `truncated` (B,) bool (cut at max_new_tokens), task `rewards` (B,)
+    and the trainer's and the engine's log-probs (B, T); metrics reduced over the ranks."""
+    rec = {}
+    if cfg.overlong_buffer:
+        pen = objectives.overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer)
+        rewards = rewards + pen.to(rewards.dtype)
+        rec["overlong_penalty_mean"] = dist.all_gather_cat(pen, world).mean().item()
+    adv = objectives.group_advantages(rewards, cfg.group_size, scale=cfg.adv_scale)
+    mask = batch["target_mask"]
+    train = batch
+    if cfg.mask_truncated:
+        keep = (~truncated).to(mask.device, mask.dtype)
+        train = {**batch, "target_mask": mask * keep[:, None]}
+        rec["truncated_masked"] = dist.all_gather_cat(truncated.float(), world).mean().item()
+    w = None
+    if cfg.rollout_correction != "none":
+        w = objectives.rollout_correction(old_logp, engine_logp, train["target_mask"],
+                                          cfg.rollout_correction, cfg.rollout_correction_min,
+                                          cfg.rollout_correction_max)
+        valid = train["target_mask"] > 0
+        sums = dist.all_reduce(torch.stack([w.sum(), ((w == 0) & valid).sum(), valid.sum()])
+                               .double(), world)
+        rec["rollout_is_mean"] = (sums[0] / sums[2].clamp(min=1)).item()
+        rec["rollout_is_zeroed"] = (sums[1] / sums[2].clamp(min=1)).item()
+    return Shaped(train, adv.to(mask.device), w, rec)
