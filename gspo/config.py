@@ -225,6 +225,14 @@ class RLConfig:
                                                    "this many tokens before max_new_tokens (0: "
                                                    "off; None: max_new_tokens / 5 for dapo, as "
                                                    "its paper's 4096 of 20480, 0 otherwise)")
+    dynamic_sampling: typing.Optional[bool] = option(None, "DAPO's dynamic sampling: keep only "
+                                                     "groups whose rewards differ, drawing more "
+                                                     "prompts until the batch is full (None: "
+                                                     "true for dapo, false otherwise; a world of "
+                                                     "one only)")
+    dynamic_sampling_max_rounds: int = option(3, "dynamic sampling's cap: at most this many "
+                                              "draws of prompts_per_step prompts a step, then "
+                                              "dropped groups fill the batch")
     rollout_correction: str = option("none", "importance weights pi_old / pi_engine on each "
                                      f"token's loss, for any objective: one of "
                                      f"{list(CORRECTIONS)} (truncate: TIS, mask: MIS; sequence: "
@@ -344,6 +352,9 @@ class RLConfig:
         self.adv_scale = obj.adv_scale if self.adv_scale is None else self.adv_scale
         if self.mask_truncated is None:
             self.mask_truncated = obj.mask_truncated
+        if self.dynamic_sampling is None:
+            self.dynamic_sampling = obj.dynamic_sampling
+        check(self.dynamic_sampling_max_rounds >= 1, "dynamic_sampling_max_rounds", "must be >= 1")
         if self.overlong_buffer is None:
             self.overlong_buffer = int(obj.overlong_fraction * self.max_new_tokens)
         check(0 <= self.overlong_buffer < self.max_new_tokens, "overlong_buffer",

@@ -32,8 +32,10 @@ class Mix:
     def hashes(self) -> dict[str, str]:
         return {path: file_sha256(path) for path, _, _ in self.files}
 
-    def sample(self, n: int, *, seed: int, step: int) -> list[dict]:
-        rng = random.Random(f"mix:{seed}:{step}")
+    def sample(self, n: int, *, seed: int, step: int, draw: int = 0) -> list[dict]:
+        """`n` records for step `step`; draw k > 0 gives further, independent ones (dynamic
+        sampling)."""
+        rng = random.Random(f"mix:{seed}:{step}" + (f":{draw}" if draw else ""))
         weights = [w for _, w, _ in self.files]
         picks = rng.choices(range(len(self.files)), weights=weights, k=n)
         return [rng.choice(self.files[i][2]) for i in picks]

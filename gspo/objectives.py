@@ -169,6 +169,7 @@ class Objective:
     mask_truncated: bool = False       # DAPO's overlong filtering: no loss on truncated responses
     overlong_fraction: float = 0.0     # DAPO's soft overlong punishment over this share of the
                                        # longest response (its paper: 4096 of 20480)
+    dynamic_sampling: bool = False     # DAPO's: only groups whose rewards differ (gspo.shaping)
 
 
 OBJECTIVES: dict[str, Objective] = {
@@ -178,7 +179,7 @@ OBJECTIVES: dict[str, Objective] = {
     "gspo_token": Objective(sequence_token_clip, (3e-4, 4e-4)),
     # DAPO (Yu et al. 2025, arXiv 2503.14476, section 3.1 clip-higher, 3.3 token-level loss)
     "dapo": Objective(token_clip, (0.2, 0.28), agg="token-mean", mask_truncated=True,
-                      overlong_fraction=0.2),
+                      overlong_fraction=0.2, dynamic_sampling=True),
     # Dr. GRPO (Liu et al. 2025, arXiv 2503.20783, section 3.1): no std scaling, no per-sequence
     # length normalisation (a constant, the longest response, in its place)
     "dr_grpo": Objective(token_clip, (0.2, 0.2), agg="seq-mean-token-sum-norm", adv_scale="none"),

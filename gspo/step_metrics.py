@@ -135,3 +135,21 @@ def mfu(forward_flops: float, phases: dict[str, tuple[float, float]], peak: floa
     phase that did not run (no passes or no time) gets no value."""
     return {f"mfu_{name}": forward_flops * passes / (seconds * peak)
             for name, (passes, seconds) in phases.items() if passes and seconds > 0}
+
+
+def moe_pass(policy, forward, old_routing, batch, first) -> dict:
+    """MoE, after the step's updates: one no-grad pass of the updated `policy` (`forward(batch)`:
+    the trainer's micro-batched pass) over the rollout batch with recording on. Its routing
+    against the old policy's (the old-log-prob pass, or in 'rollout' mode the on-policy first
+    minibatch's rows) gives moe/volatility; plus load balance over the real tokens and the aux
+    (load-balancing) loss value."""
+    policy.eval()
+    with torch.no_grad(), moe.routing_hooks(policy, record=True, keep_logits=True) as h:
+        forward(batch)
+    new = h.routing()
+    rec = moe.load_balance(new, batch["attention_mask"])
+    rec["moe/aux_loss"] = float(h.aux_loss(batch["attention_mask"]))
+    old, rows = old_or_first(old_routing, first)
+    if old is not None:
+        rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
+    return rec

@@ -68,6 +68,7 @@ class Trainer:
         self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
         self.engine_routing = None       # MoE: what the rollout engine's routers picked
         self.is_weights = None           # the step's rollout-correction weights (gspo.shaping)
+        self.sampled = {}                # the step's dynamic-sampling metrics (gspo.shaping)
         # The torch engine reports its routing on MoE models: replayed with
         # routing_replay_source: engine, else compared with the trainer's (moe/engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
@@ -138,17 +139,31 @@ class Trainer:
 
     # -- one rollout batch --------------------------------------------------------------------
     def rollout(self, step: int):
+        """The step's prompts, completions and rewards (dynamic sampling: gspo.shaping; what it
+        discards still counts as compute)."""
+        cfg = self.cfg
+        if not cfg.dynamic_sampling:
+            return self._draw(step, 0)
+        out, self.sampled, waste = shaping.dynamic_sampling(
+            lambda k: self._draw(step, k), cfg.group_size, cfg.dynamic_sampling_max_rounds,
+            self.world)
+        self.state["compute_flops"] += self.flops.forward([len(p) + len(c.token_ids) for p, c in waste])
+        self.state["tokens_generated"] += sum(len(c.token_ids) for _, c in waste)
+        return out
+
+    def _draw(self, step: int, draw: int):
         cfg = self.cfg
         # the step's prompts are the same for any world size; each rank samples its share of
         # whole groups, every prompt with its own seed, so samples do not depend on the world
         share = cfg.prompts_per_step // self.world.size
         mine = range(self.world.rank * share, (self.world.rank + 1) * share)
-        everyone = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
+        everyone = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step, draw=draw)
         recs = [everyone[i] for i in mine]
         prompts = [self.codec.prompt(r["prompt"]) for r in recs]
+        base = draw * cfg.prompts_per_step          # draw k's prompts get seeds of their own
         groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      seed=[prompt_seed(cfg.seed, step, i) for i in mine],
+                                      seed=[prompt_seed(cfg.seed, step, base + i) for i in mine],
                                       stop_token_ids=self.codec.stop_ids,
                                       return_routing=self.want_engine_routing)
         flat_r, flat_p, flat_c, texts = [], [], [], []
@@ -414,13 +429,14 @@ class Trainer:
             "skipped_updates": skipped,
             **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first, self.world),
             "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
-            **upd, **moe_rec, **mfu, **sh.metrics, **self.state,
+            **upd, **moe_rec, **mfu, **sh.metrics, **self.sampled, **self.state,
         }
 
     def _moe_record(self, batch, first) -> dict:
         """The step's MoE metrics (none on a dense model); forgets the step's routings."""
         cfg = self.cfg
-        moe_rec = self.moe_step_metrics(batch, first) if self.is_moe and cfg.moe_metrics else {}
+        moe_rec = (step_metrics.moe_pass(self.policy, self._chunked, self.old_routing, batch,
+                                          first) if self.is_moe and cfg.moe_metrics else {})
         if self.engine_routing is not None and cfg.moe_metrics:
             moe_rec.update(step_metrics.engine_routing_mismatch(
                 self.engine_routing, self.own_old_routing, batch, first))
@@ -445,22 +461,6 @@ class Trainer:
         self.state["tokens_trained"] += resp * cfg.epochs
         self.state["wall_s"] += seconds
         return f
-
-    def moe_step_metrics(self, batch, first) -> dict:
-        """MoE, after the step's updates: one no-grad pass of the updated policy over the rollout
-        batch with recording on. Its routing against the old policy's (the old-log-prob pass, or
-        in 'rollout' mode the on-policy first minibatch's rows) gives moe/volatility; plus load
-        balance over the real tokens and the aux (load-balancing) loss value."""
-        self.policy.eval()
-        with torch.no_grad(), moe.routing_hooks(self.policy, record=True, keep_logits=True) as h:
-            self._chunked(batch)
-        new = h.routing()
-        rec = moe.load_balance(new, batch["attention_mask"])
-        rec["moe/aux_loss"] = float(h.aux_loss(batch["attention_mask"]))
-        old, rows = step_metrics.old_or_first(self.old_routing, first)
-        if old is not None:
-            rec.update(moe.volatility(old, new.rows(rows), moe.response_positions(batch)[rows]))
-        return rec
 
     def checkpoint(self, step: int) -> pathlib.Path:
         path = ckpt.save_rl_checkpoint(

@@ -389,6 +389,9 @@ def test_dapo_masks_truncated_responses_and_punishes_overlong_ones(data, sft_mod
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert 0 < row["truncated_masked"] <= 1
     assert -1 <= row["overlong_penalty_mean"] < 0          # buffer 8 / 5 = 1 token: -1 when cut
+    # dynamic sampling: 8 tokens solve nothing, every group's rewards are equal, so all three
+    # draws (the cap) run and dropped groups fill the batch
+    assert (row["groups_dropped"], row["groups_unfilled"], row["sampling_rounds"]) == (1.0, 1.0, 3)
     cfg = rl_cfg(data, sft_model, tmp_path / "g", algorithm="grpo", steps=1)
     assert (cfg.mask_truncated, cfg.overlong_buffer) == (False, 0)
 
