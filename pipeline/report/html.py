@@ -112,10 +112,14 @@ def _claims(report) -> list[str]:
 def _variants(comps: list[dict]) -> list[str]:
     if not comps:
         return []
+    # a ranking: per benchmark and baseline, the largest paired difference first
+    ranked = sorted(comps, key=lambda c: (c["benchmark"], c["baseline"],
+                                          -(c["diff"] if c["diff"] is not None else -1e9)))
     return [
         "<h2>Variants against their baselines</h2>",
         "<p>Each variant (an algorithm run with other settings, e.g. the rollout engine's own "
-        "log-probs in lower precision as old log-probs) against the run it is measured against: "
+        "log-probs in lower precision as old log-probs, or another objective) against the run "
+        "it is measured against, ranked per benchmark and baseline by the difference: "
         "<code>diff</code> = pass@1 difference at the final budget on the same problems, with "
         "its interval over training runs and problems (paired by seed when both have the same "
         "seeds; <code>runs</code>: the fewer runs of the two, <code>per_seed_diff</code>: each "
@@ -133,7 +137,7 @@ def _variants(comps: list[dict]) -> list[str]:
         "anything above 0 there is clipping caused by the engine/trainer mismatch alone "
         "(compare the sequence gap with GSPO's clip band, 3e-4 / 4e-4).</p>",
         "<h3>Scores</h3>",
-        table(comps, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
+        table(ranked, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
                       "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "runs",
                       "paired", "per_seed_diff", "var_share_runs", "n_problems"]),
         "<h3>Cost and likelihood gap</h3>",
