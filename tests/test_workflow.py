@@ -374,7 +374,8 @@ def _bad_config(tmp_path, edit):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c.update(algorithms=["grpo", "ppo"]), r"'ppo' is not one of \['grpo', 'gspo', 'gspo_token'\]"),
+    (lambda c: c.update(algorithms=["grpo", "ppo"]), r"'ppo' is not one of \['grpo', 'gspo', 'gspo_token', 'dapo', "
+     r"'dr_grpo', 'cispo', 'gmpo', 'sapo'\]"),
     (lambda c: c.update(budgets=[0, -25, 100]), r"-25 is less than the minimum of 0"),
     (lambda c: c["sft"].pop("model"), r"'model' is a required property"),
     (lambda c: c["sft"].update(model="/nonexistent/qwen3-base"),
