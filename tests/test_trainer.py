@@ -30,15 +30,12 @@ def sft_model(toy_sft_model):
     return toy_sft_model
 
 
-def _rl_cfg(data, sft_model, out, **kw):
+def rl_cfg(data, sft_model, out, **kw):
     base = dict(model=str(sft_model), out_dir=str(out), train_data=[DataSource(str(data / "train.jsonl"))],
                 steps=4, prompts_per_step=4, group_size=4, minibatches=4, lr=1e-3,
                 max_new_tokens=32, ckpt_every=2, threads=1, temperature=1.0)
     base.update(kw)
     return RLConfig(**base)
-
-
-rl_cfg = _rl_cfg
 
 
 def weights(model_dir):
@@ -87,8 +84,8 @@ def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_mo
                                                                     monkeypatch, precision):
     # bf16: the model files hold bf16 weights, the checkpoint's Distributed Checkpoint the fp32
     # masters; resuming from the files alone would round the masters and change every number
-    rl_cfg = functools.partial(_rl_cfg, precision=precision)
-    full = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", steps=5), rewards)
+    cfg = functools.partial(rl_cfg, precision=precision)
+    full = trainer_mod.run_rl(cfg(data, sft_model, tmp_path / "full", steps=5), rewards)
 
     original = trainer_mod.Trainer.rollout
 
@@ -99,11 +96,11 @@ def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_mo
 
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", crash_at_step_4)
     with pytest.raises(KeyboardInterrupt):
-        trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5), rewards)
+        trainer_mod.run_rl(cfg(data, sft_model, tmp_path / "cut", steps=5), rewards)
     assert len(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == 3     # steps 1-3 logged
     assert list_checkpoints(tmp_path / "cut" / "checkpoints")[-1].name == "step_000002"
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", original)
-    resumed = trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "cut", steps=5), rewards)
+    resumed = trainer_mod.run_rl(cfg(data, sft_model, tmp_path / "cut", steps=5), rewards)
 
     a, b = weights(full), weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
