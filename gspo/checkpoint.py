@@ -300,6 +300,6 @@ def load_training_state(policy, opt, ckpt_dir: pathlib.Path, st: dict) -> None:
     with _single_process_is_meant():
         dcp.load(state, checkpoint_id=ckpt_dir / OPTIM,
                  no_dist=not torch.distributed.is_initialized())
-    if "model" in state:
+    if st.get("masters"):
         set_model_state_dict(policy, state["model"])
     set_optimizer_state_dict(policy, opt, state["optimizer"])

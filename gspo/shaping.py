@@ -23,14 +23,15 @@ class Shaped:
     metrics: dict
 
 
-def shape(batch: dict, lengths: torch.Tensor, truncated: torch.Tensor, rewards: torch.Tensor,
+def shape(batch: dict, truncated: torch.Tensor, rewards: torch.Tensor,
           old_logp: torch.Tensor, engine_logp: torch.Tensor, cfg,
           world: dist.World = dist.World()) -> Shaped:
     """The step's advantages, training batch and correction weights from its padded `batch`,
-    response `lengths` (B,), `truncated` (B,) bool (cut at max_new_tokens), task `rewards` (B,)
-    and the trainer's and the engine's log-probs (B, T); metrics reduced over the ranks."""
+    `truncated` (B,) bool (cut at max_new_tokens), task `rewards` (B,) and the trainer's and the
+    engine's log-probs (B, T); metrics reduced over the ranks."""
     rec = {}
     if cfg.overlong_buffer:
+        lengths = batch["target_mask"].sum(dim=1).cpu()            # response tokens, (B,)
         pen = objectives.overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer)
         rewards = rewards + pen.to(rewards.dtype)
         rec["overlong_penalty_mean"] = dist.all_gather_cat(pen, world).mean().item()

@@ -399,9 +399,8 @@ class Trainer:
             old_logp, entropy = engine_logp, None
             if self._replays_engine:
                 self.old_routing = self.engine_routing
-        sh = shaping.shape(batch, torch.tensor([len(c.token_ids) for c in comps]),
-                           torch.tensor([c.finish_reason == "length" for c in comps]), rewards,
-                           old_logp, engine_logp, cfg, self.world)
+        sh = shaping.shape(batch, torch.tensor([c.finish_reason == "length" for c in comps]),
+                           rewards, old_logp, engine_logp, cfg, self.world)
         self.is_weights = sh.is_weights
         t2 = time.perf_counter()
         n_local = batch["input_ids"].shape[0]
