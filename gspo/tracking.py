@@ -107,6 +107,7 @@ class MetricsLog:
             self._mirror.attach(resume_step, kept)
 
     def log(self, step: int, metrics: dict) -> None:
+        raise_if_terminated()
         rec = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -157,21 +158,39 @@ class Terminated(SystemExit):
     """Raised in the main thread when the process receives SIGTERM (exit status 128 + signum)."""
 
 
+_RECEIVED: list[int] = []   # SIGTERMs the active terminate_as_exception received
+
+
 @contextlib.contextmanager
 def terminate_as_exception():
-    """While active, SIGTERM raises Terminated (so `finally` blocks and run status run)."""
+    """While active, SIGTERM raises Terminated (so `finally` blocks and run status run).
+
+    A handler's exception is lost when Python runs the handler inside a `__del__` or a weakref
+    callback (it prints "Exception ignored" and goes on): a CI run finished all its steps with
+    exit status 0 after a SIGTERM. So the signal is also remembered, and raise_if_terminated
+    (called at every metrics record) and the end of the block raise it again."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
+        _RECEIVED.append(signum)
         raise Terminated(128 + signum)
 
+    _RECEIVED.clear()
     old = signal.signal(signal.SIGTERM, handler)
     try:
         yield
+        raise_if_terminated()
     finally:
         signal.signal(signal.SIGTERM, old)
+        _RECEIVED.clear()
+
+
+def raise_if_terminated() -> None:
+    """Raise Terminated if a SIGTERM arrived whose exception something swallowed."""
+    if _RECEIVED:
+        raise Terminated(128 + _RECEIVED[0])
 
 
 # -- one stage's run ----------------------------------------------------------------------------

@@ -257,6 +257,33 @@ def test_a_stop_signal_during_a_checkpoint_write_takes_effect_after_it():
         pass
 
 
+def test_a_sigterm_whose_exception_a_finalizer_swallowed_still_stops_the_stage(tmp_path,
+                                                                             monkeypatch):
+    import gc
+    import os
+
+    from gspo.tracking import MetricsLog, Terminated, terminate_as_exception
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)           # the handler runs here, and Python ignores its exception
+
+    ignored = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: ignored.append(u.exc_type))
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    with pytest.raises(Terminated) as e, terminate_as_exception():
+        obj = SignalledWhileCollected()
+        del obj
+        gc.collect()
+        assert ignored == [Terminated]  # the first raise was lost
+        log.log(1, {"x": 1.0})         # the next record stops it
+    assert e.value.code == 128 + signal.SIGTERM
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    with terminate_as_exception():     # a fresh block starts with nothing received
+        pass
+
+
 # -- exactly once: each window where a point could be sent twice (or never), forced ------------
 
 LOCKED = "(sqlite3.OperationalError) database is locked"
