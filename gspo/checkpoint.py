@@ -28,7 +28,8 @@ META = "checkpoint.json"      # {stage, step, compute_flops}: readable without l
 LINEAGE = "lineage.json"
 # What a run leaves in its folder; wiped when its lineage changes (mlflow_run.json is not: the
 # caller first supersedes the MLflow run it names).
-RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.json")
+RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.json",
+             "trl")    # trl: TRL's own checkpoints (gspo.trl_engine)
 
 
 def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,

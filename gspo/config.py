@@ -178,6 +178,8 @@ class RLConfig:
     algorithm: str = option("gspo", "the objective: grpo (token-level ratio), gspo (sequence-"
                             "level), gspo_token, dapo, dr_grpo, cispo, gmpo or sapo "
                             "(gspo.objectives.OBJECTIVES)")
+    engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun) or "
+                         "'trl' (TRL's GRPOTrainer; docs/ENGINES.md maps each field onto it)")
     model: str = option("results/default/sft/model", "the starting checkpoint (usually SFT output)")
     out_dir: str = option("results/default/rl/gspo-0", "checkpoints, metrics and final model")
     train_data: list[DataSource] = option([], "prompt files and their mixing weights")
@@ -288,6 +290,8 @@ class RLConfig:
         check(self.algorithm in ALGORITHMS, "algorithm",
                f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
         check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
+        check(self.engine in ("native", "trl"), "engine",
+              f"must be 'native' or 'trl', got {self.engine!r}")
         for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
                      "max_consecutive_nonfinite"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")

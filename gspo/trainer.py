@@ -23,8 +23,7 @@ from tqdm import tqdm
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
 from gspo import moe, objectives, shaping, step_metrics, tokens
-from gspo.checkpoint import (latest_checkpoint, publish_model, run_info, write_run_info,
-                             STATE)
+from gspo.checkpoint import STATE, latest_checkpoint, publish_model, run_info, write_run_info
 from gspo.config import RLConfig, to_dict
 from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to, prompt_seed,
                        sequence_logprobs, step_seed, trim_padding)
@@ -35,8 +34,7 @@ from gspo.models import enable_activation_checkpointing
 from gspo.rollout import make_engine
 from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 
-# (records, completions) -> one reward per pair; e.g. evaluators.tasks.rewards, which scores each
-# completion with its benchmark's own scoring (pipeline.train wires it in).
+# (records, completions) -> one reward per pair (pipeline.train wires evaluators.tasks.rewards in)
 RewardFn = Callable[[list[dict], list[str]], list[float]]
 
 
@@ -358,9 +356,8 @@ class Trainer:
     def train(self) -> pathlib.Path:
         cfg = self.cfg
         self._consecutive_nonfinite = 0
-        bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]",
-                   initial=self.start_step, total=cfg.steps, dynamic_ncols=True,
-                   disable=not self.world.main)
+        bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]", total=cfg.steps,
+                   initial=self.start_step, dynamic_ncols=True, disable=not self.world.main)
         for step in bar:
             rec = self.step(step)
             if self.log is not None:
@@ -474,13 +471,20 @@ class Trainer:
 
 def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = None,
            restart_if_changed: bool = False, world: dist.World = dist.World()) -> pathlib.Path:
-    """Train (or resume) the run of `cfg`, rewarding completions with `reward_fn`.
+    """Train (or resume) the run of `cfg`, rewarding completions with `reward_fn`, inside its
+    MLflow stage run (metrics sent as checkpoints cover them). restart_if_changed: see
+    prepare_out_dir."""
+    tracking = prepare_out_dir(cfg, tracking, restart_if_changed, world)
+    with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
+        return Trainer(cfg, reward_fn, world).train()
 
-    restart_if_changed: when `cfg.out_dir` holds a run of another lineage (config or starting
+
+def prepare_out_dir(cfg: RLConfig, tracking: Tracking | None, restart_if_changed: bool,
+                    world: dist.World = dist.World()) -> Tracking:
+    """restart_if_changed: when cfg.out_dir holds a run of another lineage (config or starting
     model), supersede its MLflow run and start over instead of refusing to resume (what the
-    workflow wants when a rule re-runs because its inputs changed).
-    """
-    # only rank 0 talks to MLflow and decides whether the run starts over
+    workflow wants when a rule re-runs because its inputs changed). Returns the tracking this
+    rank uses: only rank 0 talks to MLflow. Shared with gspo.trl_engine."""
     tracking = (tracking or Tracking()) if world.main else Tracking()
     if restart_if_changed and world.main:
         lin = ckpt.lineage(to_dict(cfg))
@@ -493,7 +497,4 @@ def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = No
             print(f"rl: {cfg.out_dir}: same lineage, resuming from the latest checkpoint")
         ckpt.write_lineage(cfg.out_dir, lin)
     dist.barrier(world)
-    # MLflow run (when tracking has a URI): metrics sent as checkpoints cover them,
-    # status FINISHED / FAILED / KILLED (gspo.tracking).
-    with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
-        return Trainer(cfg, reward_fn, world).train()
+    return tracking

@@ -39,7 +39,8 @@ TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
               "clip_frac_tokens_onpolicy", "compute_flops",
               "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s",
               # where a step's time goes, and the engine/trainer log-prob gap (variants)
-              "time_rollout_s", "time_old_logprob_s", "time_update_s", "old_logprob_passes",
+              "time_rollout_s", "time_old_logprob_s", "time_update_s", "time_step_s",
+              "old_logprob_passes",
               "logprob_gap_token_mean", "logprob_gap_token_max", "logprob_gap_seq_mean",
               # MoE models (gspo.moe)
               "moe/volatility", "moe/load_entropy", "moe/max_expert_share", "moe/aux_loss",

@@ -262,7 +262,10 @@ def mean_of(runs, key: str) -> float | None:
 
 
 def step_seconds(run) -> float | None:
-    """Median seconds of one RL step (rollout + old log-prob pass + updates)."""
+    """Median seconds of one RL step (rollout + old log-prob pass + updates; engine: trl logs
+    the step's time whole, as time_step_s)."""
+    if run["train"].get("time_step_s"):
+        return statistics.median(v for _, v in run["train"]["time_step_s"])
     parts = [dict(run["train"].get(k, [])) for k in
              ("time_rollout_s", "time_old_logprob_s", "time_update_s")]
     steps = set(parts[0]) & set(parts[1]) & set(parts[2])

@@ -1,0 +1,375 @@
+"""RL on TRL's GRPOTrainer (`engine: trl`): the same config, reward, prompts, checkpoints and
+metrics as the native trainer (gspo.trainer), with TRL sampling and updating.
+
+FIELDS says what each RLConfig field becomes in TRL's GRPOConfig (docs/ENGINES.md shows it as
+a table; tests/test_trl_engine.py holds the two to each other). A value TRL cannot honour as this
+project defines it is a one-line ConfigError naming the field and the engine (`refusals`), never
+a silent change.
+
+- Prompts: each step's are the native trainer's (Mix.sample with the run's seed and the step),
+  rendered by the Codec into the text TRL tokenizes back into the same ids, and handed to TRL in
+  order (`shuffle_dataset=False`): TRL's step k trains on the native step k's prompts.
+- Reward: the stage's reward_fn on the record and TRL's decoded completion. It also counts the
+  step's tokens and forward FLOPs (gspo.flops), which TRL does not.
+- Checkpoints: TRL saves its own (trl/checkpoint-N, N in optimizer steps) every ckpt_every
+  rollout steps and at the end; after each, its model files go to checkpoints/step_S/ (the
+  layout evaluation loads) beside a state file naming TRL's checkpoint, which a resumed run
+  continues from. TRL checkpoints are removed only once a newer one is exported, so a kill -9 at
+  any moment leaves a complete pair.
+- Metrics: one record per rollout step (TRL logs every minibatches x epochs optimizer steps),
+  under this project's names (METRICS), TRL's own kept under `trl/`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import shutil
+import time
+import warnings
+
+import torch
+
+from gspo import checkpoint as ckpt
+from gspo.config import ConfigError, RLConfig, RolloutConfig, to_dict
+from gspo.data import Mix
+from gspo.errors import TrainingError
+from gspo.flops import FlopCounter
+from gspo.io import atomic_dir, write_json
+from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
+from gspo.tracking import MetricsLog
+
+# RLConfig field -> what it becomes in TRL (docs/ENGINES.md's table)
+FIELDS: dict[str, str] = {
+    "algorithm": "`loss_type`, `importance_sampling_level`: grpo, gspo (sequence level), dapo, "
+                 "dr_grpo, cispo, sapo; gspo_token and gmpo refused",
+    "engine": "this engine",
+    "model": "the model TRL trains",
+    "out_dir": "`output_dir` = out_dir/trl; checkpoints/, metrics.jsonl, model/ by the harness",
+    "train_data": "each step's prompts as the native trainer draws them, in order "
+                  "(`shuffle_dataset=False`)",
+    "steps": "`max_steps` = steps x minibatches x epochs",
+    "prompts_per_step": "the generation batch: prompts_per_step x group_size = "
+                        "`per_device_train_batch_size` x `steps_per_generation`",
+    "group_size": "`num_generations`",
+    "minibatches": "`steps_per_generation` (x gradient accumulation)",
+    "epochs": "`num_iterations`",
+    "micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps`; refused "
+                        "with agg token-mean",
+    "max_tokens_per_micro_batch": "refused unless 0 (TRL has no token budget)",
+    "logprob_chunk": "refused unless 0",
+    "activation_checkpointing": "`gradient_checkpointing`",
+    "precision": "`bf16` (TRL: autocast over fp32 weights)",
+    "prompt": "the Codec renders the prompt text TRL receives",
+    "lr": "`learning_rate`, `lr_scheduler_type=constant_with_warmup`, `adam_beta2=0.99`",
+    "warmup_steps": "`warmup_steps` x minibatches x epochs",
+    "weight_decay": "`weight_decay`",
+    "grad_clip": "`max_grad_norm`",
+    "eps_low": "`epsilon` (cispo: refused below 1, TRL's CISPO has no lower bound)",
+    "eps_high": "`epsilon_high` (cispo: 1 + eps_high, TRL's bound is the weight's cap)",
+    "agg": "`loss_type`: seq-mean-token-mean: grpo, token-mean: bnpo (cispo: its own, over the "
+           "rollout batch's mean minibatch), seq-mean-token-sum-norm: dr_grpo (token level)",
+    "adv_scale": "`scale_rewards`: std: group, none: none",
+    "sapo_tau_pos": "`sapo_temperature_pos`",
+    "sapo_tau_neg": "`sapo_temperature_neg`",
+    "mask_truncated": "`mask_truncated_completions`",
+    "overlong_buffer": "refused unless 0 (dapo: set 0)",
+    "dynamic_sampling": "refused unless false (dapo: set false)",
+    "dynamic_sampling_max_rounds": "refused unless at its default",
+    "rollout_correction": "refused unless none (TRL corrects vLLM rollouts only)",
+    "rollout_correction_min": "refused unless at its default",
+    "rollout_correction_max": "refused unless at its default",
+    "log_ratio_clamp": "refused unless at its default; TRL does not clamp (equal while every "
+                       "|log ratio| is below it)",
+    "kl_coef": "`beta` (k3 estimate, `use_bias_correction_kl=False`)",
+    "temperature": "`temperature`",
+    "top_p": "`top_p` (`top_k=0`)",
+    "max_new_tokens": "`max_completion_length`",
+    "rollout": "engine torch: transformers' generate on the training model; other settings "
+               "refused unless at their defaults (device: the training device)",
+    "old_logprobs": "recompute (TRL recomputes whenever an update is off-policy); rollout refused",
+    "routing_replay": "refused unless false (TRL has no Routing Replay)",
+    "routing_replay_source": "refused unless trainer",
+    "router_aux_loss_coef": "refused unless 0",
+    "moe_metrics": "refused on MoE models unless false; no effect on dense ones",
+    "reward_workers": "the reward function's sandboxes",
+    "peak_flops": "refused unless 0 (TRL does not time its phases)",
+    "ckpt_every": "`save_steps` = ckpt_every x minibatches x epochs",
+    "keep_last": "checkpoints/ (TRL keeps its newest exported checkpoint)",
+    "keep_steps": "checkpoints/",
+    "resume": "`resume_from_checkpoint`: the TRL checkpoint the latest checkpoints/step_S names",
+    "max_consecutive_nonfinite": "stops after this many steps in a row with a non-finite loss or "
+                                 "gradient norm (TRL applies such updates; it does not skip them)",
+    "seed": "`seed`",
+    "device": "`use_cpu` for cpu, else accelerate's device",
+    "threads": "torch.set_num_threads",
+}
+
+# TRL's logged name -> this project's (the report's curves, fit and claims read these)
+METRICS = {"reward": "reward_mean", "reward_std": "reward_std",
+           "frac_reward_zero_std": "zero_variance_groups",
+           "completions/mean_length": "response_length", "entropy": "entropy", "kl": "kl",
+           "grad_norm": "grad_norm", "loss": "loss", "learning_rate": "lr"}
+LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "bnpo",
+             "seq-mean-token-sum-norm": "dr_grpo"}
+SEQUENCE_LEVEL = ("gspo",)     # TRL's clip fraction then counts sequences (clip_frac_seqs)
+ENGINE = "engine: trl"
+
+
+def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
+    """(field, why) for each value of `cfg` TRL cannot honour as this project defines it."""
+    d, base = to_dict(cfg), to_dict(RLConfig(train_data=cfg.train_data))
+    out = []
+
+    def need(ok: bool, field: str, why: str):
+        if not ok:
+            out.append((field, why))
+
+    need(cfg.algorithm in ("grpo", "gspo", "dapo", "dr_grpo", "cispo", "sapo"), "algorithm",
+         f"{cfg.algorithm!r}: TRL has no such objective (gspo_token: no GSPO-token level; "
+         "gmpo: no geometric mean); use grpo, gspo, dapo, dr_grpo, cispo or sapo")
+    if cfg.algorithm == "cispo":
+        need(cfg.agg == "token-mean", "agg", "TRL's cispo aggregates by tokens only: token-mean")
+        need(cfg.eps_low >= 1.0, "eps_low", "TRL's CISPO has no lower bound: set 1.0")
+    elif cfg.algorithm in ("gspo", "sapo"):
+        need(cfg.agg in ("seq-mean-token-mean", "token-mean") if cfg.algorithm == "gspo"
+             else cfg.agg == "seq-mean-token-mean", "agg",
+             f"{cfg.agg!r}: TRL has no such aggregation for {cfg.algorithm}")
+    need(not (cfg.micro_batch_size and cfg.agg == "token-mean"), "micro_batch_size",
+         "with agg token-mean TRL averages micro-batch token means, not the minibatch's: set 0")
+    for field in ("max_tokens_per_micro_batch", "logprob_chunk", "overlong_buffer",
+                  "dynamic_sampling", "dynamic_sampling_max_rounds", "rollout_correction",
+                  "rollout_correction_min", "rollout_correction_max", "routing_replay",
+                  "routing_replay_source", "router_aux_loss_coef", "peak_flops"):
+        need(d[field] in (base[field], 0, False, "none"), field,
+             f"{d[field]!r}: TRL has no such setting; leave it at {base[field]!r}")
+    need(cfg.log_ratio_clamp == DEFAULT_LOG_RATIO_CLAMP, "log_ratio_clamp",
+         "TRL does not clamp the log ratio; leave it at its default")
+    need(cfg.old_logprobs == "recompute", "old_logprobs",
+         "'rollout': TRL's generate returns no log-probs; use recompute")
+    r, r0 = dict(d["rollout"]), to_dict(RolloutConfig(device=cfg.device))
+    need(r == r0, "rollout", f"TRL samples with transformers' generate on the training model: "
+         f"leave the rollout settings at {r0}")
+    return out
+
+
+def check(cfg: RLConfig) -> None:
+    """Raise a one-line ConfigError for the first field TRL cannot honour."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(f"{ENGINE} runs in one process for now (accelerate launch is not "
+                          "wired in yet); run it without torchrun or on one GPU")
+    for field, why in refusals(cfg):
+        raise ConfigError(f"{field}: not supported with {ENGINE}: {why}")
+
+
+def grpo_args(cfg: RLConfig) -> dict:
+    """GRPOConfig's keyword arguments for `cfg` (FIELDS; `check` first)."""
+    updates = cfg.minibatches * cfg.epochs                 # optimizer steps per rollout step
+    seqs = cfg.prompts_per_step * cfg.group_size
+    mb = seqs // cfg.minibatches
+    micro = cfg.micro_batch_size or mb
+    if mb % micro:
+        raise ConfigError(f"micro_batch_size: {micro} does not divide the minibatch of {mb} "
+                          f"sequences ({ENGINE})")
+    accum = mb // micro
+    loss_type = {"cispo": "cispo", "sapo": "sapo"}.get(cfg.algorithm, LOSS_TYPE[cfg.agg])
+    eps_high = 1.0 + cfg.eps_high if cfg.algorithm == "cispo" else cfg.eps_high
+    return dict(
+        loss_type=loss_type,
+        importance_sampling_level="sequence" if cfg.algorithm in SEQUENCE_LEVEL else "token",
+        epsilon=cfg.eps_low, epsilon_high=eps_high,
+        sapo_temperature_pos=cfg.sapo_tau_pos, sapo_temperature_neg=cfg.sapo_tau_neg,
+        scale_rewards="group" if cfg.adv_scale == "std" else "none",
+        mask_truncated_completions=bool(cfg.mask_truncated),
+        beta=cfg.kl_coef, use_bias_correction_kl=False,
+        num_generations=cfg.group_size,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=accum,
+        steps_per_generation=cfg.minibatches * accum, num_iterations=cfg.epochs,
+        max_steps=cfg.steps * updates, save_steps=cfg.ckpt_every * updates,
+        logging_steps=updates, save_strategy="steps", shuffle_dataset=False,
+        learning_rate=cfg.lr, lr_scheduler_type="constant_with_warmup",
+        warmup_steps=cfg.warmup_steps * updates, weight_decay=cfg.weight_decay,
+        adam_beta1=0.9, adam_beta2=0.99, max_grad_norm=cfg.grad_clip,
+        temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
+        max_completion_length=cfg.max_new_tokens,
+        gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bf16",
+        use_cpu=cfg.device == "cpu", seed=cfg.seed, report_to="none", save_only_model=False,
+        disable_tqdm=False, remove_unused_columns=False, use_vllm=False)
+
+
+def prompt_rows(cfg: RLConfig, codec, mix: Mix) -> tuple[list[dict], dict[str, int]]:
+    """The dataset TRL reads (one row per prompt, every step's in order) and each prompt text's
+    token count."""
+    rows, lengths = [], {}
+    for step in range(cfg.steps):
+        for rec in mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step):
+            ids = codec.prompt(rec["prompt"])
+            text = codec.tokenizer.decode(ids, skip_special_tokens=False)
+            if codec.tokenizer(text, add_special_tokens=False).input_ids != ids:
+                raise ConfigError(f"prompt: record {rec.get('id')!r} does not survive a decode "
+                                  f"and re-encode by its tokenizer, which {ENGINE} needs")
+            rows.append({"prompt": text, "record": json.dumps(rec)})
+            lengths[text] = len(ids)
+    return rows, lengths
+
+
+def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, counters: dict, cfg: RLConfig,
+            old_pass: int, clock: dict):
+    """TRL's reward function: the stage's reward_fn on the records, and the step's compute
+    counted as gspo.trainer counts it (generation + old-log-prob pass + 3 per epoch). TRL calls
+    it once per rollout step, after generating and its old-log-prob pass: `clock` gets the
+    time the rollout ends."""
+
+    def reward(prompts, completions, completion_ids, record, **_):
+        lengths = [prompt_len[p] + len(c) for p, c in zip(prompts, completion_ids)]
+        counters["compute_flops"] += flops.forward(lengths) * (1 + old_pass + 3 * cfg.epochs)
+        resp = sum(len(c) for c in completion_ids)
+        counters["tokens_generated"] += resp
+        counters["tokens_trained"] += resp * cfg.epochs
+        out = reward_fn([json.loads(r) for r in record], list(completions))
+        clock["rollout_end"] = time.perf_counter()
+        return out
+
+    return reward
+
+
+def _export(trl_dir: pathlib.Path, dest: pathlib.Path, state: dict) -> None:
+    """TRL checkpoint -> checkpoints/step_S: its model and tokenizer files, and the state file
+    (written last) that marks the folder complete and names TRL's checkpoint."""
+    skip = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
+    with atomic_dir(dest) as tmp:
+        for f in trl_dir.iterdir():
+            if f.is_file() and f.name not in skip and not f.name.startswith("rng_state"):
+                shutil.copy2(f, tmp / f.name)
+        torch.save(state, tmp / ckpt.STATE)
+
+
+def _bridge(cfg: RLConfig, log: MetricsLog, counters: dict, ckpt_root: pathlib.Path,
+            clock: dict):
+    """The TrainerCallback that turns TRL's logs into this project's records and its saves into
+    checkpoints/step_S. A step's time: from its first optimizer step's start to its log
+    (rollout: until the reward returns, TRL's old-log-prob pass included; update: the rest)."""
+    from transformers import TrainerCallback
+
+    updates = cfg.minibatches * cfg.epochs
+    clip_key = "clip_frac_seqs" if cfg.algorithm in SEQUENCE_LEVEL else "clip_frac_tokens"
+
+    class Bridge(TrainerCallback):
+        nonfinite = 0
+
+        def on_step_begin(self, args, state, control, **kw):
+            if state.global_step % updates == 0:
+                clock["start"] = time.perf_counter()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not logs or "reward" not in logs:
+                return           # TRL's end-of-training summary
+            now = time.perf_counter()
+            t0, t1 = clock["start"], clock["rollout_end"]
+            counters["wall_s"] += now - t0
+            rec = {ours: logs[k] for k, ours in METRICS.items() if k in logs}
+            rec.update(time_step_s=now - t0, time_rollout_s=t1 - t0, time_update_s=now - t1)
+            if "clip_ratio/region_mean" in logs:
+                rec[clip_key] = logs["clip_ratio/region_mean"]
+            rec.update({f"trl/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
+            log.log(state.global_step // updates, {**rec, **counters})
+            bad = not all(math.isfinite(rec.get(k, 0.0)) for k in ("loss", "grad_norm"))
+            Bridge.nonfinite = Bridge.nonfinite + 1 if bad else 0
+            if Bridge.nonfinite >= cfg.max_consecutive_nonfinite:
+                raise TrainingError(
+                    f"{Bridge.nonfinite} steps in a row with a non-finite loss or gradient norm "
+                    f"({ENGINE}); stopping. Lower lr or raise grad_clip")
+
+        def on_save(self, args, state, control, **kw):
+            step = state.global_step // updates
+            trl_dir = pathlib.Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            _export(trl_dir, ckpt_root / f"step_{step:06d}",
+                    {"step": step, "counters": dict(counters), "trl_checkpoint": trl_dir.name})
+            for old in trl_dir.parent.glob("checkpoint-*"):
+                if old != trl_dir:
+                    shutil.rmtree(old, ignore_errors=True)
+            ckpt.prune_checkpoints(ckpt_root, cfg.keep_last, cfg.keep_steps)
+
+    return Bridge()
+
+
+def _trl():
+    """trl, imported without its warning that it supports vLLM up to 0.31 (0.32 is installed
+    beside it, and its vLLM paths are not used here)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "TRL currently supports vLLM", UserWarning)
+        import trl
+    return trl
+
+
+def _trainer(cfg: RLConfig, reward_fn, out: pathlib.Path, log: MetricsLog, counters: dict):
+    """GRPOTrainer over the run's prompts, with the bridge to this project's records."""
+    from datasets import Dataset
+
+    trl = _trl()
+    GRPOConfig, GRPOTrainer = trl.GRPOConfig, trl.GRPOTrainer
+
+    from gspo import tokens
+    from gspo.models import load_model
+
+    model, tok = load_model(cfg.model)
+    if cfg.moe_metrics and model.config.to_dict().get("num_experts"):
+        raise ConfigError(f"moe_metrics: not supported with {ENGINE} (its pass is the native "
+                          "trainer's); set false")
+    codec = tokens.codec(tok, cfg.model, cfg.prompt)
+    model.generation_config.eos_token_id = codec.stop_ids      # the native trainer's stop ids
+    rows, prompt_len = prompt_rows(cfg, codec, Mix(cfg.train_data))
+    args = GRPOConfig(output_dir=str(out / "trl"), **grpo_args(cfg))
+    # TRL recomputes old log-probs only when an update can be off-policy
+    old_pass = int(args.gradient_accumulation_steps % (args.steps_per_generation * cfg.epochs)
+                   != 0)
+    clock: dict[str, float] = {}
+    reward = _reward(reward_fn, prompt_len, FlopCounter(model), counters, cfg, old_pass, clock)
+    return GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward], args=args,
+                       train_dataset=Dataset.from_list(rows),
+                       callbacks=[_bridge(cfg, log, counters, out / "checkpoints", clock)])
+
+
+def train(cfg: RLConfig, reward_fn) -> pathlib.Path:
+    """Train (or resume) cfg's run with TRL inside the caller's stage run; returns out/model."""
+    check(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = pathlib.Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    resume_from = ckpt.latest_checkpoint(out / "checkpoints") if cfg.resume else None
+    if resume_from is not None:
+        ckpt.check_same_run(out / "run_info.json", to_dict(cfg))
+    st = (torch.load(resume_from / ckpt.STATE, weights_only=False) if resume_from is not None
+          else {"step": 0, "counters": {"compute_flops": 0.0, "tokens_generated": 0,
+                                         "tokens_trained": 0, "wall_s": 0.0}})
+    counters = dict(st["counters"])
+    log = MetricsLog(out / "metrics.jsonl",
+                     resume_step=st["step"] if resume_from is not None else None)
+    mix = Mix(cfg.train_data)
+    trl = _trl()
+    ckpt.write_run_info(out, ckpt.run_info(to_dict(cfg), mix.hashes(), stage="rl",
+                                           algorithm=cfg.algorithm, engine="trl",
+                                           trl_version=trl.__version__, world_size=1,
+                                           resumed_from=str(resume_from)))
+    trainer = _trainer(cfg, reward_fn, out, log, counters)
+    trainer.train(resume_from_checkpoint=str(out / "trl" / st["trl_checkpoint"])
+                  if resume_from is not None else None)
+    ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
+    write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
+                                      "engine": "trl", "world_size": 1, **counters})
+    return out / "model"
+
+
+def run_rl(cfg: RLConfig, reward_fn, *, tracking=None, restart_if_changed: bool = False):
+    """gspo.trainer.run_rl's counterpart: the run in its MLflow stage run, resumed or started
+    over as there; a field TRL cannot honour stops it before anything is written."""
+    from gspo.tracking import stage_run
+    from gspo.trainer import prepare_out_dir
+
+    check(cfg)
+    tracking = prepare_out_dir(cfg, tracking, restart_if_changed)
+    with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
+        return train(cfg, reward_fn)

@@ -1,0 +1,210 @@
+"""engine: trl (gspo.trl_engine): every RLConfig field mapped or refused, the docs' table equal to
+the code's, and real TRL runs: the native trainer's prompts, checkpoints evaluation loads,
+metrics under this project's names in MLflow, and a kill -9 resumed."""
+
+import dataclasses
+import json
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from gspo import trl_engine
+from gspo.config import ConfigError, DataSource, RLConfig, RolloutConfig
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATA = [DataSource(path="x.jsonl")]
+
+
+def cfg_of(**kw) -> RLConfig:
+    return RLConfig(**{"engine": "trl", "train_data": DATA, **kw})
+
+
+# a value TRL cannot honour, per refused field (RLConfig itself accepts each)
+REFUSED = {
+    "algorithm": [dict(algorithm="gspo_token"), dict(algorithm="gmpo")],
+    "agg": [dict(algorithm="gspo", agg="seq-mean-token-sum-norm"),
+            dict(algorithm="cispo", agg="seq-mean-token-mean")],
+    "eps_low": [dict(algorithm="cispo", eps_low=0.2)],
+    "micro_batch_size": [dict(agg="token-mean", micro_batch_size=8)],
+    "max_tokens_per_micro_batch": [dict(max_tokens_per_micro_batch=512)],
+    "logprob_chunk": [dict(logprob_chunk=16)],
+    "overlong_buffer": [dict(algorithm="dapo", dynamic_sampling=False)],
+    "dynamic_sampling": [dict(dynamic_sampling=True)],
+    "dynamic_sampling_max_rounds": [dict(dynamic_sampling_max_rounds=5)],
+    "rollout_correction": [dict(rollout_correction="token_truncate")],
+    "rollout_correction_min": [dict(rollout_correction_min=0.5)],
+    "rollout_correction_max": [dict(rollout_correction_max=2.0)],
+    "routing_replay": [dict(routing_replay=True)],
+    "routing_replay_source": [dict(routing_replay=True, routing_replay_source="engine")],
+    "router_aux_loss_coef": [dict(router_aux_loss_coef=0.01)],
+    "peak_flops": [dict(peak_flops=1e12)],
+    "log_ratio_clamp": [dict(log_ratio_clamp=10.0)],
+    "old_logprobs": [dict(old_logprobs="rollout")],
+    "rollout": [dict(rollout=RolloutConfig(engine="vllm")),
+                dict(rollout=RolloutConfig(dtype="bfloat16"))],
+}
+# a changed value, per field TRL receives: it must change GRPOConfig's arguments
+MAPPED = {
+    "algorithm": "grpo", "steps": 7, "prompts_per_step": 8, "group_size": 4, "minibatches": 2,
+    "epochs": 2, "micro_batch_size": 8, "activation_checkpointing": True, "precision": "bf16",
+    "lr": 1e-4, "warmup_steps": 2, "weight_decay": 0.1, "grad_clip": 0.5, "eps_low": 1e-4,
+    "eps_high": 1e-3, "agg": "token-mean", "adv_scale": "none", "mask_truncated": True,
+    "kl_coef": 0.1, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 32, "ckpt_every": 5,
+    "seed": 3, "device": "cuda",
+}
+# fields the harness itself honours around TRL (FIELDS says how), and sapo's (mapped for sapo)
+HARNESS = {"engine", "model", "out_dir", "train_data", "prompt", "reward_workers", "keep_last",
+           "keep_steps", "resume", "max_consecutive_nonfinite", "threads", "moe_metrics",
+           "sapo_tau_pos", "sapo_tau_neg"}
+
+
+def test_every_rlconfig_field_is_mapped_refused_or_honoured_by_the_harness():
+    fields = {f.name for f in dataclasses.fields(RLConfig)}
+    assert set(trl_engine.FIELDS) == fields
+    assert set(MAPPED) | set(REFUSED) | HARNESS == fields
+    base = trl_engine.grpo_args(cfg_of())
+    for field, value in MAPPED.items():
+        assert trl_engine.grpo_args(cfg_of(**{field: value})) != base, field
+    sapo = trl_engine.grpo_args(cfg_of(algorithm="sapo"))
+    assert trl_engine.grpo_args(cfg_of(algorithm="sapo", sapo_tau_neg=1.25)) != sapo
+
+
+@pytest.mark.parametrize("field", list(REFUSED))
+def test_a_value_trl_cannot_honour_is_a_one_line_error_naming_the_field(field):
+    for kw in REFUSED[field]:
+        cfg = cfg_of(**kw)                     # a valid config for the native trainer
+        assert field in [f for f, _ in trl_engine.refusals(cfg)], kw
+        with pytest.raises(ConfigError) as e:
+            trl_engine.check(cfg)
+        msg = str(e.value)
+        assert "\n" not in msg and "engine: trl" in msg and msg.split(":")[0] in REFUSED
+
+
+def test_the_defaults_and_each_supported_objective_pass():
+    for algorithm in ("grpo", "gspo", "dr_grpo", "cispo", "sapo"):
+        trl_engine.check(cfg_of(algorithm=algorithm))
+    trl_engine.check(cfg_of(algorithm="dapo", dynamic_sampling=False, overlong_buffer=0))
+    args = trl_engine.grpo_args(cfg_of(algorithm="gspo"))
+    assert (args["loss_type"], args["importance_sampling_level"]) == ("grpo", "sequence")
+    assert (args["epsilon"], args["epsilon_high"]) == (3e-4, 4e-4) and args["beta"] == 0.0
+    grpo = trl_engine.grpo_args(cfg_of(algorithm="grpo", agg="token-mean"))
+    assert (grpo["loss_type"], grpo["importance_sampling_level"]) == ("bnpo", "token")
+    assert trl_engine.grpo_args(cfg_of(algorithm="cispo"))["epsilon_high"] == 5.0
+
+
+def test_the_docs_table_is_the_codes_mapping():
+    text = (ROOT / "docs" / "ENGINES.md").read_text().split("## What TRL receives")[1]
+    text = text.split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.+?) \|$", text, re.M))
+    assert rows == trl_engine.FIELDS
+
+
+# -- real TRL runs -----------------------------------------------------------------------------
+
+def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="") -> pathlib.Path:
+    cfg = tmp_path / "rl.yaml"
+    cfg.write_text(f"engine: trl\nalgorithm: gspo\nmodel: {model}\nout_dir: {tmp_path / 'rl'}\n"
+                   f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\n"
+                   f"prompts_per_step: 2\ngroup_size: 4\nminibatches: 2\nmax_new_tokens: 8\n"
+                   f"ckpt_every: {ckpt_every}\nthreads: 1\n{extra}")
+    return cfg
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    from evaluators import aime
+    from gspo.io import write_jsonl
+
+    path = tmp_path / "prompts.jsonl"
+    write_jsonl(aime.generate(8, split="train", seed=0, difficulty=aime.Difficulty(1, 9)), path)
+    return path
+
+
+@pytest.mark.slow
+def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluation_loads(
+        tmp_path, tiny_model_dir, prompts):
+    from gspo.config import load
+    from gspo.data import Mix
+    from gspo.models import load_model
+
+    cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, prompts, steps=3, ckpt_every=2))
+    seen = []
+
+    def reward_fn(records, completions):
+        seen.append([r["id"] for r in records])
+        return [float(len(c) % 2) for c in completions]
+
+    model = trl_engine.train(cfg, reward_fn)
+    mix = Mix(cfg.train_data)
+    want = [[r["id"] for r in mix.sample(2, seed=0, step=s) for _ in range(4)] for s in range(3)]
+    assert seen == want                       # step k: the native trainer's step-k prompts
+    ckpts = sorted(p.name for p in (tmp_path / "rl" / "checkpoints").iterdir())
+    assert ckpts == ["step_000002", "step_000003"]         # every ckpt_every, and the last
+    assert [p.name for p in (tmp_path / "rl" / "trl").glob("checkpoint-*")] == ["checkpoint-6"]
+    final, _ = load_model(model)
+    last, _ = load_model(tmp_path / "rl" / "checkpoints" / "step_000003")
+    start, _ = load_model(tiny_model_dir)
+    diff = [not torch.equal(a, b) for a, b in zip(final.parameters(), start.parameters())]
+    assert any(diff)                          # it learned something
+    assert all(torch.equal(a, b) for a, b in zip(final.parameters(), last.parameters()))
+    recs = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").open()]
+    assert [r["step"] for r in recs] == [1, 2, 3]
+    for r in recs:
+        assert {"reward_mean", "clip_frac_seqs", "entropy", "grad_norm", "response_length",
+                "compute_flops", "time_step_s", "time_rollout_s", "time_update_s", "trl/reward",
+                "trl/clip_ratio/region_mean"} <= set(r)
+        assert r["time_step_s"] == pytest.approx(r["time_rollout_s"] + r["time_update_s"])
+    flops = [r["compute_flops"] for r in recs]
+    assert 0 < flops[0] < flops[1] < flops[2]
+    assert json.loads((tmp_path / "rl" / "summary.json").read_text())["engine"] == "trl"
+
+
+@pytest.mark.slow
+def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numbers(
+        tmp_path, tiny_model_dir, prompts):
+    from gspo.tracking import read_metrics
+
+    db = tmp_path / "mlflow.db"
+    flags = ["--tracking-uri", f"sqlite:///{db}", "--experiment", "t", "--tag", "suite=tests"]
+    cmd = [sys.executable, "-m", "pipeline.train", "--config",
+           str(_yaml(tmp_path, tiny_model_dir, prompts, steps=12, ckpt_every=2)), *flags]
+    # the reference: the same run uninterrupted, in another folder
+    ref_cfg = tmp_path / "ref"
+    ref_cfg.mkdir()
+    ref = _yaml(ref_cfg, tiny_model_dir, prompts, steps=12, ckpt_every=2)
+    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(ref)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    with open(tmp_path / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    ckpts = tmp_path / "rl" / "checkpoints"
+    deadline = time.time() + 300
+    while not (ckpts / "step_000002").is_dir():
+        assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL        # killed mid-run, not after its end
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    mine = read_metrics(tmp_path / "rl" / "metrics.jsonl")
+    theirs = read_metrics(ref_cfg / "rl" / "metrics.jsonl")
+    assert [m["step"] for m in mine] == list(range(1, 13))
+    for a, b in zip(mine, theirs):        # TRL's resume restores its RNG: the same samples
+        assert a["reward_mean"] == b["reward_mean"] and a["loss"] == b["loss"], a["step"]
+    import mlflow
+
+    cl = mlflow.MlflowClient(f"sqlite:///{db}")
+    (run,) = cl.search_runs([cl.get_experiment_by_name("t").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["engine"] == "trl"
+    assert 2 <= int(run.data.tags["resumed_at_step"]) < 12
+    hist = sorted((m.step, m.value) for m in cl.get_metric_history(run.info.run_id, "reward_mean"))
+    assert hist == [(m["step"], m["reward_mean"]) for m in mine]      # each step exactly once
