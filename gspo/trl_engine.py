@@ -301,6 +301,8 @@ def _trl():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "TRL currently supports vLLM", UserWarning)
         import trl
+
+        trl.GRPOTrainer      # its lazy import warns here
     return trl
 
 
