@@ -23,7 +23,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 SMOKE = ROOT / "config" / "smoke.yaml"
-TIMING_KEYS = re.compile(r"^(time_.*|wall_s|seconds)$")
+TIMING_KEYS = re.compile(r"^(time_.*|wall_s|seconds|trl/step_time)$")   # TRL's own timing too
 
 _CACHE: dict[str, object] = {}
 
@@ -124,7 +124,7 @@ def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
     # a dense experiment has no MoE section (moe.csv is its header alone)
     assert "Mixture of experts" not in html and not (report / "moe.png").exists()
     assert len((report / "moe.csv").read_text().splitlines()) == 1
-    for alg in ("grpo", "gspo", "gspo-bf16-rollout"):
+    for alg in ("grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"):
         for seed in (0, 1):
             for budget in (50, 100):
                 for bench in ("aime", "lcb", "cf"):
@@ -137,17 +137,21 @@ def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
     assert rows[0].startswith("variant,algorithm,benchmark,budget,step,seeds,pass_at_1,ci_low,ci_high")
     assert {tuple(r.split(",")[:3]) for r in rows[1:]} == {
         (v, a, b) for v, a in (("sft", "sft"), ("grpo", "grpo"), ("gspo", "gspo"),
-                               ("gspo-bf16-rollout", "gspo")) for b in ("aime", "lcb", "cf")}
-    # the variant is measured against plain GSPO, benchmark by benchmark
+                               ("gspo-bf16-rollout", "gspo"), ("gspo-trl", "gspo"))
+        for b in ("aime", "lcb", "cf")}
+    # the variants are measured against plain GSPO, benchmark by benchmark
     import csv
 
     var = list(csv.DictReader((report / "variants.csv").open()))
     assert {(r["variant"], r["baseline"], r["benchmark"]) for r in var} == {
-        ("gspo-bf16-rollout", "gspo", b) for b in ("aime", "lcb", "cf")}
+        (v, "gspo", b) for v in ("gspo-bf16-rollout", "gspo-trl") for b in ("aime", "lcb", "cf")}
     for r in var:
         assert float(r["diff_ci_low"]) <= float(r["diff"]) <= float(r["diff_ci_high"])
-        # the bf16 engine's log-probs are measurably off the float32 trainer's
-        assert float(r["logprob_gap_token"]) > float(r["baseline_logprob_gap_token"]) >= 0.0
+        if r["variant"] == "gspo-bf16-rollout":
+            # the bf16 engine's log-probs are measurably off the float32 trainer's
+            assert float(r["logprob_gap_token"]) > float(r["baseline_logprob_gap_token"]) >= 0.0
+        else:      # TRL's runs: their step time and compute beside the native trainer's
+            assert float(r["step_s"]) > 0 and float(r["compute_ratio"]) > 0
     # the variant never ran the old-log-prob pass; its baseline did, once per step
     for run, passes in (("gspo-bf16-rollout", 0), ("gspo", 4)):
         last = json.loads((base / "rl" / run / "seed0" / "metrics.jsonl").read_text().splitlines()[-1])
@@ -178,12 +182,14 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
         ("grpo", "grpo", "0", "", "grpo-seed0"), ("grpo", "grpo", "1", "", "grpo-seed1"),
         ("gspo", "gspo", "0", "", "gspo-seed0"), ("gspo", "gspo", "1", "", "gspo-seed1"),
         ("gspo-bf16-rollout", "gspo", "0", "gspo", "gspo-bf16-rollout-seed0"),
-        ("gspo-bf16-rollout", "gspo", "1", "gspo", "gspo-bf16-rollout-seed1")]
+        ("gspo-bf16-rollout", "gspo", "1", "gspo", "gspo-bf16-rollout-seed1"),
+        ("gspo-trl", "gspo", "0", "gspo", "gspo-trl-seed0"),
+        ("gspo-trl", "gspo", "1", "gspo", "gspo-trl-seed1")]
     assert len(by_stage["sft"]) == 1
-    # 2 budgets + the 0 % point, 3 benchmarks, 6 runs; plus the SFT model's 3
-    assert len(by_stage["eval"]) == 6 * 3 * 3 + 3
+    # 2 budgets + the 0 % point, 3 benchmarks, 8 runs; plus the SFT model's 3
+    assert len(by_stage["eval"]) == 8 * 3 * 3 + 3
     assert {r.data.tags["variant"] for r in by_stage["eval"]} == {
-        "sft", "grpo", "gspo", "gspo-bf16-rollout"}
+        "sft", "grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
     for r in rl + by_stage["sft"]:
         assert r.info.status == "FINISHED"
         t = r.data.tags
@@ -224,7 +230,7 @@ def test_two_smoke_runs_from_scratch_give_identical_metrics(smoke):
     assert set(ma) >= {"sft/metrics.jsonl", "rl/grpo/seed0/metrics.jsonl", "rl/gspo/seed1/metrics.jsonl"}
     assert ma == mb
     ea, eb = _eval_summaries(a), _eval_summaries(b)
-    assert len(ea) == 3 + 6 * 2 * 3 and ea == eb
+    assert len(ea) == 3 + 8 * 2 * 3 and ea == eb
     # the MLflow stores agree as well (values at each step, timing aside)
     ca, cb = mlflow_client(a), mlflow_client(b)
 
@@ -275,8 +281,8 @@ def test_changing_the_rl_settings_reruns_rl_and_what_follows_but_not_sft(smoke, 
     changed = tmp_path / "smoke-rl.yaml"
     changed.write_text(yaml.safe_dump(cfg))
     jobs = _job_counts((lambda r: r.stdout + r.stderr)(snakemake(a, "-n", configfile=changed)))
-    assert jobs.get("rl") == 6 and "sft" not in jobs and "data" not in jobs
-    assert jobs.get("eval_checkpoint") == 12 and "eval_sft" not in jobs
+    assert jobs.get("rl") == 8 and "sft" not in jobs and "data" not in jobs
+    assert jobs.get("eval_checkpoint") == 16 and "eval_sft" not in jobs
 
 
 @pytest.mark.slow
