@@ -22,9 +22,9 @@ a silent change.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-import os
 import pathlib
 import shutil
 import time
@@ -33,6 +33,7 @@ import warnings
 import torch
 
 from gspo import checkpoint as ckpt
+from gspo import distributed as dist
 from gspo.config import ConfigError, RLConfig, RolloutConfig, to_dict
 from gspo.data import Mix
 from gspo.errors import TrainingError
@@ -155,20 +156,26 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     return out
 
 
-def check(cfg: RLConfig) -> None:
-    """Raise a one-line ConfigError for the first field TRL cannot honour."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(f"{ENGINE} runs in one process for now (accelerate launch is not "
-                          "wired in yet); run it without torchrun or on one GPU")
+def check(cfg: RLConfig, world: dist.World = dist.World()) -> None:
+    """Raise a one-line ConfigError for the first field TRL cannot honour (on `world`'s
+    ranks: DDP, each rank a share of every minibatch)."""
+    if world.distributed:
+        share = cfg.prompts_per_step * cfg.group_size // cfg.minibatches
+        if share % world.size:
+            raise ConfigError(f"minibatches: a minibatch of {share} sequences does not split "
+                              f"over {world.size} ranks ({ENGINE})")
+        if cfg.agg == "token-mean" and cfg.algorithm != "cispo":
+            raise ConfigError(f"agg: token-mean on {world.size} ranks is not supported with "
+                              f"{ENGINE}: TRL's bnpo averages the ranks' token means")
     for field, why in refusals(cfg):
         raise ConfigError(f"{field}: not supported with {ENGINE}: {why}")
 
 
-def grpo_args(cfg: RLConfig) -> dict:
-    """GRPOConfig's keyword arguments for `cfg` (FIELDS; `check` first)."""
+def grpo_args(cfg: RLConfig, world_size: int = 1) -> dict:
+    """GRPOConfig's keyword arguments for `cfg` on `world_size` ranks (FIELDS; `check`
+    first): each rank takes 1/world_size of every minibatch."""
     updates = cfg.minibatches * cfg.epochs                 # optimizer steps per rollout step
-    seqs = cfg.prompts_per_step * cfg.group_size
-    mb = seqs // cfg.minibatches
+    mb = cfg.prompts_per_step * cfg.group_size // cfg.minibatches // world_size
     micro = cfg.micro_batch_size or mb
     if mb % micro:
         raise ConfigError(f"micro_batch_size: {micro} does not divide the minibatch of {mb} "
@@ -215,21 +222,39 @@ def prompt_rows(cfg: RLConfig, codec, mix: Mix) -> tuple[list[dict], dict[str, i
     return rows, lengths
 
 
-def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, counters: dict, cfg: RLConfig,
-            old_pass: int, clock: dict):
-    """TRL's reward function: the stage's reward_fn on the records, and the step's compute
+@dataclasses.dataclass
+class _Run:
+    """What the reward function and the callback share on one rank."""
+    cfg: RLConfig
+    world: dist.World
+    log: MetricsLog | None                   # rank 0 only
+    counters: dict                           # the run's, equal on every rank
+    pending: list = dataclasses.field(default_factory=lambda: [0.0, 0, 0])  # this rank's, unsent
+    clock: dict = dataclasses.field(default_factory=dict)
+
+    def add_pending(self) -> None:
+        """The ranks' compute and tokens since the last record, summed into the counters."""
+        t = dist.all_reduce(torch.tensor(self.pending, dtype=torch.float64), self.world)
+        for k, v in zip(("compute_flops", "tokens_generated", "tokens_trained"), t.tolist()):
+            self.counters[k] += v if k == "compute_flops" else int(v)
+        self.pending = [0.0, 0, 0]
+
+
+def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass: int):
+    """TRL's reward function: the stage's reward_fn on this rank's records, and their compute
     counted as gspo.trainer counts it (generation + old-log-prob pass + 3 per epoch). TRL calls
-    it once per rollout step, after generating and its old-log-prob pass: `clock` gets the
+    it once per rollout step, after generating and its old-log-prob pass: the clock gets the
     time the rollout ends."""
+    epochs = run.cfg.epochs
 
     def reward(prompts, completions, completion_ids, record, **_):
         lengths = [prompt_len[p] + len(c) for p, c in zip(prompts, completion_ids)]
-        counters["compute_flops"] += flops.forward(lengths) * (1 + old_pass + 3 * cfg.epochs)
         resp = sum(len(c) for c in completion_ids)
-        counters["tokens_generated"] += resp
-        counters["tokens_trained"] += resp * cfg.epochs
+        run.pending[0] += flops.forward(lengths) * (1 + old_pass + 3 * epochs)
+        run.pending[1] += resp
+        run.pending[2] += resp * epochs
         out = reward_fn([json.loads(r) for r in record], list(completions))
-        clock["rollout_end"] = time.perf_counter()
+        run.clock["rollout_end"] = time.perf_counter()
         return out
 
     return reward
@@ -246,35 +271,43 @@ def _export(trl_dir: pathlib.Path, dest: pathlib.Path, state: dict) -> None:
         torch.save(state, tmp / ckpt.STATE)
 
 
-def _bridge(cfg: RLConfig, log: MetricsLog, counters: dict, ckpt_root: pathlib.Path,
-            clock: dict):
+def _record(logs: dict, run: _Run, now: float) -> dict:
+    """This project's record of a rollout step from TRL's log (METRICS; its own under trl/)."""
+    clip_key = "clip_frac_seqs" if run.cfg.algorithm in SEQUENCE_LEVEL else "clip_frac_tokens"
+    t0, t1 = run.clock["start"], run.clock["rollout_end"]
+    run.counters["wall_s"] += now - t0
+    rec = {ours: logs[k] for k, ours in METRICS.items() if k in logs}
+    rec.update(time_step_s=now - t0, time_rollout_s=t1 - t0, time_update_s=now - t1)
+    if "clip_ratio/region_mean" in logs:
+        rec[clip_key] = logs["clip_ratio/region_mean"]
+    rec.update({f"trl/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
+    return {**rec, **run.counters}
+
+
+def _bridge(run: _Run, ckpt_root: pathlib.Path):
     """The TrainerCallback that turns TRL's logs into this project's records and its saves into
-    checkpoints/step_S. A step's time: from its first optimizer step's start to its log
-    (rollout: until the reward returns, TRL's old-log-prob pass included; update: the rest)."""
+    checkpoints/step_S (rank 0 writes them). A step's time: from its first optimizer step's
+    start to its log (rollout: until the reward returns, TRL's old-log-prob pass included;
+    update: the rest)."""
     from transformers import TrainerCallback
 
+    cfg = run.cfg
     updates = cfg.minibatches * cfg.epochs
-    clip_key = "clip_frac_seqs" if cfg.algorithm in SEQUENCE_LEVEL else "clip_frac_tokens"
 
     class Bridge(TrainerCallback):
         nonfinite = 0
 
         def on_step_begin(self, args, state, control, **kw):
             if state.global_step % updates == 0:
-                clock["start"] = time.perf_counter()
+                run.clock["start"] = time.perf_counter()
 
         def on_log(self, args, state, control, logs=None, **kw):
             if not logs or "reward" not in logs:
                 return           # TRL's end-of-training summary
-            now = time.perf_counter()
-            t0, t1 = clock["start"], clock["rollout_end"]
-            counters["wall_s"] += now - t0
-            rec = {ours: logs[k] for k, ours in METRICS.items() if k in logs}
-            rec.update(time_step_s=now - t0, time_rollout_s=t1 - t0, time_update_s=now - t1)
-            if "clip_ratio/region_mean" in logs:
-                rec[clip_key] = logs["clip_ratio/region_mean"]
-            rec.update({f"trl/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
-            log.log(state.global_step // updates, {**rec, **counters})
+            run.add_pending()    # every rank logs, so every rank takes part
+            rec = _record(logs, run, time.perf_counter())
+            if run.log is not None:
+                run.log.log(state.global_step // updates, rec)
             bad = not all(math.isfinite(rec.get(k, 0.0)) for k in ("loss", "grad_norm"))
             Bridge.nonfinite = Bridge.nonfinite + 1 if bad else 0
             if Bridge.nonfinite >= cfg.max_consecutive_nonfinite:
@@ -283,10 +316,12 @@ def _bridge(cfg: RLConfig, log: MetricsLog, counters: dict, ckpt_root: pathlib.P
                     f"({ENGINE}); stopping. Lower lr or raise grad_clip")
 
         def on_save(self, args, state, control, **kw):
+            if not run.world.main:
+                return
             step = state.global_step // updates
             trl_dir = pathlib.Path(args.output_dir) / f"checkpoint-{state.global_step}"
             _export(trl_dir, ckpt_root / f"step_{step:06d}",
-                    {"step": step, "counters": dict(counters), "trl_checkpoint": trl_dir.name})
+                    {"step": step, "counters": dict(run.counters), "trl_checkpoint": trl_dir.name})
             for old in trl_dir.parent.glob("checkpoint-*"):
                 if old != trl_dir:
                     shutil.rmtree(old, ignore_errors=True)
@@ -306,16 +341,14 @@ def _trl():
     return trl
 
 
-def _trainer(cfg: RLConfig, reward_fn, out: pathlib.Path, log: MetricsLog, counters: dict):
+def _trainer(run: _Run, reward_fn, out: pathlib.Path):
     """GRPOTrainer over the run's prompts, with the bridge to this project's records."""
     from datasets import Dataset
-
-    trl = _trl()
-    GRPOConfig, GRPOTrainer = trl.GRPOConfig, trl.GRPOTrainer
 
     from gspo import tokens
     from gspo.models import load_model
 
+    trl, cfg = _trl(), run.cfg
     model, tok = load_model(cfg.model)
     if cfg.moe_metrics and model.config.to_dict().get("num_experts"):
         raise ConfigError(f"moe_metrics: not supported with {ENGINE} (its pass is the native "
@@ -323,20 +356,20 @@ def _trainer(cfg: RLConfig, reward_fn, out: pathlib.Path, log: MetricsLog, count
     codec = tokens.codec(tok, cfg.model, cfg.prompt)
     model.generation_config.eos_token_id = codec.stop_ids      # the native trainer's stop ids
     rows, prompt_len = prompt_rows(cfg, codec, Mix(cfg.train_data))
-    args = GRPOConfig(output_dir=str(out / "trl"), **grpo_args(cfg))
+    args = trl.GRPOConfig(output_dir=str(out / "trl"), **grpo_args(cfg, run.world.size))
     # TRL recomputes old log-probs only when an update can be off-policy
     old_pass = int(args.gradient_accumulation_steps % (args.steps_per_generation * cfg.epochs)
                    != 0)
-    clock: dict[str, float] = {}
-    reward = _reward(reward_fn, prompt_len, FlopCounter(model), counters, cfg, old_pass, clock)
-    return GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward], args=args,
-                       train_dataset=Dataset.from_list(rows),
-                       callbacks=[_bridge(cfg, log, counters, out / "checkpoints", clock)])
+    reward = _reward(reward_fn, prompt_len, FlopCounter(model), run, old_pass)
+    return trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward], args=args,
+                           train_dataset=Dataset.from_list(rows),
+                           callbacks=[_bridge(run, out / "checkpoints")])
 
 
-def train(cfg: RLConfig, reward_fn) -> pathlib.Path:
-    """Train (or resume) cfg's run with TRL inside the caller's stage run; returns out/model."""
-    check(cfg)
+def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib.Path:
+    """Train (or resume) cfg's run with TRL inside the caller's stage run; returns out/model.
+    On several ranks (torchrun) TRL runs DDP over the process group `world` set up."""
+    check(cfg, world)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = pathlib.Path(cfg.out_dir)
@@ -347,31 +380,34 @@ def train(cfg: RLConfig, reward_fn) -> pathlib.Path:
     st = (torch.load(resume_from / ckpt.STATE, weights_only=False) if resume_from is not None
           else {"step": 0, "counters": {"compute_flops": 0.0, "tokens_generated": 0,
                                          "tokens_trained": 0, "wall_s": 0.0}})
-    counters = dict(st["counters"])
-    log = MetricsLog(out / "metrics.jsonl",
-                     resume_step=st["step"] if resume_from is not None else None)
-    mix = Mix(cfg.train_data)
-    trl = _trl()
-    ckpt.write_run_info(out, ckpt.run_info(to_dict(cfg), mix.hashes(), stage="rl",
-                                           algorithm=cfg.algorithm, engine="trl",
-                                           trl_version=trl.__version__, world_size=1,
-                                           resumed_from=str(resume_from)))
-    trainer = _trainer(cfg, reward_fn, out, log, counters)
+    run = _Run(cfg, world, None, dict(st["counters"]))
+    if world.main:
+        run.log = MetricsLog(out / "metrics.jsonl",
+                             resume_step=st["step"] if resume_from is not None else None)
+        ckpt.write_run_info(out, ckpt.run_info(
+            to_dict(cfg), Mix(cfg.train_data).hashes(), stage="rl", algorithm=cfg.algorithm,
+            engine="trl", trl_version=_trl().__version__, world_size=world.size,
+            resumed_from=str(resume_from)))
+    trainer = _trainer(run, reward_fn, out)
     trainer.train(resume_from_checkpoint=str(out / "trl" / st["trl_checkpoint"])
                   if resume_from is not None else None)
-    ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
-    write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
-                                      "engine": "trl", "world_size": 1, **counters})
+    if world.main:
+        ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
+        write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
+                                          "engine": "trl", "world_size": world.size,
+                                          **run.counters})
+    dist.barrier(world)
     return out / "model"
 
 
-def run_rl(cfg: RLConfig, reward_fn, *, tracking=None, restart_if_changed: bool = False):
-    """gspo.trainer.run_rl's counterpart: the run in its MLflow stage run, resumed or started
-    over as there; a field TRL cannot honour stops it before anything is written."""
+def run_rl(cfg: RLConfig, reward_fn, *, tracking=None, restart_if_changed: bool = False,
+           world: dist.World = dist.World()):
+    """gspo.trainer.run_rl's counterpart: the run in its MLflow stage run (rank 0's), resumed
+    or started over as there; a field TRL cannot honour stops it before anything is written."""
     from gspo.tracking import stage_run
     from gspo.trainer import prepare_out_dir
 
-    check(cfg)
-    tracking = prepare_out_dir(cfg, tracking, restart_if_changed)
+    check(cfg, world)
+    tracking = prepare_out_dir(cfg, tracking, restart_if_changed, world)
     with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
-        return train(cfg, reward_fn)
+        return train(cfg, reward_fn, world)

@@ -33,14 +33,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cfg = load_config(RLConfig, args)
     reward_fn = functools.partial(rewards, workers=cfg.reward_workers)
-    if cfg.engine == "trl":     # TRL's GRPOTrainer (gspo.trl_engine), one process for now
-        from gspo import trl_engine
-
-        model = trl_engine.run_rl(cfg, reward_fn, tracking=tracking_of(args),
-                                  restart_if_changed=args.restart_if_changed)
-        print(f"rl model: {model}")
-        return
     world = dist.init(cfg.device)
+    if cfg.engine == "trl":    # TRL's GRPOTrainer (gspo.trl_engine), DDP on several ranks
+        from gspo.trl_engine import run_rl
     try:
         model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
                        restart_if_changed=args.restart_if_changed, world=world)

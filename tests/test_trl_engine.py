@@ -208,3 +208,33 @@ def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numb
     assert 2 <= int(run.data.tags["resumed_at_step"]) < 12
     hist = sorted((m.step, m.value) for m in cl.get_metric_history(run.info.run_id, "reward_mean"))
     assert hist == [(m["step"], m["reward_mean"]) for m in mine]      # each step exactly once
+
+
+@pytest.mark.slow
+def test_trl_on_two_ranks_counts_both_ranks_compute_and_rank_0_alone_writes(tmp_path,
+                                                                          tiny_model_dir, prompts):
+    import mlflow
+
+    from gspo.tracking import read_metrics
+
+    db = tmp_path / "mlflow.db"
+    cfg = _yaml(tmp_path, tiny_model_dir, prompts, steps=4, ckpt_every=2)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2", "-m", "pipeline.train", "--config", str(cfg),
+                        "--tracking-uri", f"sqlite:///{db}", "--experiment", "t"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    recs = read_metrics(tmp_path / "rl" / "metrics.jsonl")
+    assert [x["step"] for x in recs] == [1, 2, 3, 4]
+    # each step's tokens: both ranks' shares (TRL's mean length is over the gathered batch)
+    before = 0
+    for x in recs:
+        assert x["tokens_generated"] - before == round(x["response_length"] * 2 * 4)
+        before = x["tokens_generated"]
+    summary = json.loads((tmp_path / "rl" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["tokens_generated"] == before
+    assert sorted(p.name for p in (tmp_path / "rl" / "checkpoints").iterdir()) == [
+        "step_000002", "step_000004"]
+    cl = mlflow.MlflowClient(f"sqlite:///{db}")
+    (run,) = cl.search_runs([cl.get_experiment_by_name("t").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["engine"] == "trl"
