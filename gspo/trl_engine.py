@@ -261,13 +261,16 @@ def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass
 
 
 def _export(trl_dir: pathlib.Path, dest: pathlib.Path, state: dict) -> None:
-    """TRL checkpoint -> checkpoints/step_S: its model and tokenizer files, and the state file
-    (written last) that marks the folder complete and names TRL's checkpoint."""
+    """TRL checkpoint -> checkpoints/step_S: its model and tokenizer files, the step and compute
+    evaluation records (checkpoint.json), and the state file (written last) that marks the
+    folder complete and names TRL's checkpoint."""
     skip = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
     with atomic_dir(dest) as tmp:
         for f in trl_dir.iterdir():
             if f.is_file() and f.name not in skip and not f.name.startswith("rng_state"):
                 shutil.copy2(f, tmp / f.name)
+        write_json(tmp / ckpt.META, {"step": state["step"], "stage": "rl", "engine": "trl",
+                                     "compute_flops": state["counters"]["compute_flops"]})
         torch.save(state, tmp / ckpt.STATE)
 
 

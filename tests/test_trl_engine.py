@@ -153,6 +153,10 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
     diff = [not torch.equal(a, b) for a, b in zip(final.parameters(), start.parameters())]
     assert any(diff)                          # it learned something
     assert all(torch.equal(a, b) for a, b in zip(final.parameters(), last.parameters()))
+    from gspo.checkpoint import checkpoint_meta
+
+    meta = checkpoint_meta(tmp_path / "rl" / "checkpoints" / "step_000002")   # what eval records
+    assert meta["step"] == 2 and meta["stage"] == "rl" and meta["compute_flops"] > 0
     recs = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").open()]
     assert [r["step"] for r in recs] == [1, 2, 3]
     for r in recs:
