@@ -242,3 +242,19 @@ def test_trl_on_two_ranks_counts_both_ranks_compute_and_rank_0_alone_writes(tmp_
     cl = mlflow.MlflowClient(f"sqlite:///{db}")
     (run,) = cl.search_runs([cl.get_experiment_by_name("t").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["engine"] == "trl"
+
+
+def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses(tmp_path):
+    import yaml
+
+    from gspo.config import load
+
+    rl = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())["rl"]
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump({**rl, "engine": "trl", "train_data": [{"path": "x.jsonl"}]}))
+    cfg = load(RLConfig, path)
+    refused = [f for f, _ in trl_engine.refusals(cfg)]
+    # what the config's comment says engine: trl refuses there
+    assert refused == ["max_tokens_per_micro_batch", "logprob_chunk", "peak_flops", "rollout"]
+    with pytest.raises(ConfigError, match=r"^max_tokens_per_micro_batch: not supported with "):
+        trl_engine.check(cfg)
