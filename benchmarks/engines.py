@@ -57,7 +57,7 @@ def main():
         tmp = pathlib.Path(tmp)
         model = args.model or str(build_tiny("tiny", tmp / "tiny", seed=0))
         data = tmp / "prompts.jsonl"
-        write_jsonl(aime.generate(256, split="train", seed=0), data)
+        write_jsonl(aime.generate(256, split="train", seed=0, difficulty=aime.Difficulty()), data)
         recs: dict[str, list[dict]] = {"native": [], "trl": []}
         for r in range(args.rounds):
             for engine in ("native", "trl"):
