@@ -48,3 +48,14 @@ def toy_sft_model(toy_data, tmp_path_factory):
                     eval_data=str(toy_data / "train.jsonl"), eval_problems=8, eval_every=0,
                     threads=1)
     return run_sft(cfg, reward)
+
+
+@pytest.fixture
+def aime_prompts(tmp_path):
+    """8 AIME-style prompts (operands 1..9, one step) in tmp_path/prompts.jsonl."""
+    from evaluators import aime
+    from gspo.io import write_jsonl
+
+    path = tmp_path / "prompts.jsonl"
+    write_jsonl(aime.generate(8, split="train", seed=0, difficulty=aime.Difficulty(1, 9)), path)
+    return path

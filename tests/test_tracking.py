@@ -76,16 +76,6 @@ def _write_rl_config(tmp_path, model, data, *, steps, ckpt_every, out="rl", extr
     return cfg
 
 
-@pytest.fixture
-def aime_prompts(tmp_path):
-    from evaluators import aime
-    from gspo.io import write_jsonl
-
-    path = tmp_path / "prompts.jsonl"
-    write_jsonl(aime.generate(8, split="train", seed=0, difficulty=aime.Difficulty(1, 9)), path)
-    return path
-
-
 @pytest.mark.slow
 def test_an_sft_stage_becomes_one_finished_run_with_config_params_tags_and_stepped_metrics(
         tmp_path, aime_prompts):

@@ -116,24 +116,14 @@ def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="") -> pathlib.Path
     return cfg
 
 
-@pytest.fixture
-def prompts(tmp_path):
-    from evaluators import aime
-    from gspo.io import write_jsonl
-
-    path = tmp_path / "prompts.jsonl"
-    write_jsonl(aime.generate(8, split="train", seed=0, difficulty=aime.Difficulty(1, 9)), path)
-    return path
-
-
 @pytest.mark.slow
 def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluation_loads(
-        tmp_path, tiny_model_dir, prompts):
+        tmp_path, tiny_model_dir, aime_prompts):
     from gspo.config import load
     from gspo.data import Mix
     from gspo.models import load_model
 
-    cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, prompts, steps=3, ckpt_every=2))
+    cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=3, ckpt_every=2))
     seen = []
 
     def reward_fn(records, completions):
@@ -171,17 +161,17 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
 
 @pytest.mark.slow
 def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numbers(
-        tmp_path, tiny_model_dir, prompts):
+        tmp_path, tiny_model_dir, aime_prompts):
     from gspo.tracking import read_metrics
 
     db = tmp_path / "mlflow.db"
     flags = ["--tracking-uri", f"sqlite:///{db}", "--experiment", "t", "--tag", "suite=tests"]
     cmd = [sys.executable, "-m", "pipeline.train", "--config",
-           str(_yaml(tmp_path, tiny_model_dir, prompts, steps=12, ckpt_every=2)), *flags]
+           str(_yaml(tmp_path, tiny_model_dir, aime_prompts, steps=12, ckpt_every=2)), *flags]
     # the reference: the same run uninterrupted, in another folder
     ref_cfg = tmp_path / "ref"
     ref_cfg.mkdir()
-    ref = _yaml(ref_cfg, tiny_model_dir, prompts, steps=12, ckpt_every=2)
+    ref = _yaml(ref_cfg, tiny_model_dir, aime_prompts, steps=12, ckpt_every=2)
     r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(ref)], cwd=ROOT,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -216,13 +206,13 @@ def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numb
 
 @pytest.mark.slow
 def test_trl_on_two_ranks_counts_both_ranks_compute_and_rank_0_alone_writes(tmp_path,
-                                                                          tiny_model_dir, prompts):
+                                                                          tiny_model_dir, aime_prompts):
     import mlflow
 
     from gspo.tracking import read_metrics
 
     db = tmp_path / "mlflow.db"
-    cfg = _yaml(tmp_path, tiny_model_dir, prompts, steps=4, ckpt_every=2)
+    cfg = _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=4, ckpt_every=2)
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                         "--nproc-per-node", "2", "-m", "pipeline.train", "--config", str(cfg),
                         "--tracking-uri", f"sqlite:///{db}", "--experiment", "t"],
