@@ -98,6 +98,20 @@ def test_the_defaults_and_each_supported_objective_pass():
     assert trl_engine.grpo_args(cfg_of(algorithm="cispo"))["epsilon_high"] == 5.0
 
 
+@pytest.mark.parametrize("kw, loss_type, level", [
+    (dict(algorithm="grpo"), "grpo", "token"), (dict(algorithm="gspo"), "grpo", "sequence"),
+    (dict(algorithm="gspo", agg="token-mean"), "bnpo", "sequence"),
+    (dict(algorithm="dapo", dynamic_sampling=False, overlong_buffer=0), "bnpo", "token"),
+    (dict(algorithm="dr_grpo"), "dr_grpo", "token"), (dict(algorithm="cispo"), "cispo", "token"),
+    (dict(algorithm="sapo"), "sapo", "token"), (dict(micro_batch_size=8), "grpo", "sequence")])
+def test_trls_own_config_accepts_each_mapping(tmp_path, kw, loss_type, level):
+    args = trl_engine._trl().GRPOConfig(output_dir=str(tmp_path),
+                                        **trl_engine.grpo_args(cfg_of(**kw)))
+    assert (args.loss_type, args.importance_sampling_level) == (loss_type, level)
+    # TRL's generation batch is the rollout batch: prompts_per_step x group_size
+    assert args.generation_batch_size == 16 * 8
+
+
 def test_the_docs_table_is_the_codes_mapping():
     text = (ROOT / "docs" / "ENGINES.md").read_text().split("## What TRL receives")[1]
     text = text.split("\n## ")[0]
