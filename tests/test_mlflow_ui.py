@@ -94,7 +94,8 @@ def test_the_ui_server_lists_the_experiment_and_its_runs_over_rest(ui):
                  {"experiment_ids": [exp_id], "filter": "tags.stage = 'rl'", "max_results": 100})
     names = sorted(r["info"]["run_name"] for r in runs["runs"])
     assert names == ["grpo-seed0", "grpo-seed1", "gspo-bf16-rollout-seed0",
-                     "gspo-bf16-rollout-seed1", "gspo-seed0", "gspo-seed1"]
+                     "gspo-bf16-rollout-seed1", "gspo-seed0", "gspo-seed1", "gspo-trl-seed0",
+                     "gspo-trl-seed1"]
     rid = next(r["info"]["run_id"] for r in runs["runs"] if r["info"]["run_name"] == "gspo-seed0")
     hist = _http("GET", f"{ui}/api/2.0/mlflow/metrics/get-history?run_id={rid}"
                         "&metric_key=eval/aime/pass_at_1")

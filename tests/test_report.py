@@ -221,14 +221,14 @@ def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(tmp_path_fa
     original = list(csv.DictReader((a / "results" / "smoke" / "report" / "final_scores.csv").open()))
     assert rebuilt == original
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["clip_frac_tokens"]) == {"grpo", "gspo", "gspo-bf16-rollout"}
+    assert set(summary["clip_frac_tokens"]) == {"grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
     stab = list(csv.DictReader((out / "stability.csv").open()))
     assert {(s["variant"], s["algorithm"], s["seed"], s["status"]) for s in stab} == {
         (v, a, seed, "FINISHED") for v, a in (("grpo", "grpo"), ("gspo", "gspo"),
-                                              ("gspo-bf16-rollout", "gspo"))
+                                              ("gspo-bf16-rollout", "gspo"), ("gspo-trl", "gspo"))
         for seed in ("0", "1")}
-    assert [r["variant"] for r in csv.DictReader((out / "variants.csv").open())] == \
-        ["gspo-bf16-rollout"] * 3
+    assert sorted(r["variant"] for r in csv.DictReader((out / "variants.csv").open())) == \
+        ["gspo-bf16-rollout"] * 3 + ["gspo-trl"] * 3
     assert "python -m pipeline.report --experiment smoke" in (out / "index.html").read_text()
 
 

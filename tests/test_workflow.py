@@ -266,8 +266,8 @@ def test_changing_only_the_evaluation_settings_reruns_only_evaluation(smoke, tmp
     before = eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns
     r = snakemake(a, "-n", configfile=changed)
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs == {"eval_sft": 1, "eval_checkpoint": 12, "track_sft_evals": 1,
-                    "track_run_evals": 6, "aggregate": 1, "report": 1, "all": 1}, jobs
+    assert jobs == {"eval_sft": 1, "eval_checkpoint": 16, "track_sft_evals": 1,
+                    "track_run_evals": 8, "aggregate": 1, "report": 1, "all": 1}, jobs
     # a dry run leaves the recorded stage configs alone
     assert (eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns) == before
     assert "Nothing to be done" in (lambda r: r.stdout + r.stderr)(snakemake(a, "-n"))
