@@ -100,6 +100,13 @@ SAME = {
              "clip_frac_seqs"),
     "dapo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
              dict(loss_type="dapo", eps_low=0.2, eps_high=0.28), "clip_frac_tokens"),
+    # token-mean as engine: trl maps it (gspo.trl_engine.LOSS_TYPE): TRL's bnpo, a minibatch's
+    # token mean, at token level and at GSPO's sequence level
+    "dapo-bnpo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
+                  dict(loss_type="bnpo", eps_low=0.2, eps_high=0.28), "clip_frac_tokens"),
+    "gspo-bnpo": (dict(objective="gspo", eps_low=3e-4, eps_high=4e-4, agg="token-mean"),
+                  dict(loss_type="bnpo", level="sequence", eps_low=3e-4, eps_high=4e-4),
+                  "clip_frac_seqs"),
     # Dr. GRPO's constant: TRL's max_completion_length, our norm_len
     "dr_grpo": (dict(objective="dr_grpo", eps_low=0.2, eps_high=0.2,
                      agg="seq-mean-token-sum-norm", norm_len=T),
@@ -118,7 +125,7 @@ SAME = {
 @pytest.mark.parametrize("name", list(SAME))
 def test_the_loss_gradient_and_clip_fraction_equal_trls(batch, tmp_path, name):
     ours, trl, clip_key = SAME[name]
-    noise = 1e-3 if name == "gspo" else 0.3          # GSPO's band is 7e-4 wide: some in, some out
+    noise = 1e-3 if name.startswith("gspo") else 0.3   # GSPO's band is 7e-4 wide: some in, some out
     l_ours, l_trl, g_ours, g_trl, m_ours, m_trl = both(batch, tmp_path, ours, dict(trl), noise)
     assert l_ours == pytest.approx(l_trl, abs=1e-9, rel=1e-9)
     assert torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
