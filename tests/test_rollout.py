@@ -129,6 +129,21 @@ def test_a_rows_draw_depends_on_its_own_generator_not_on_the_rows_beside_it():
     assert together.tolist() == torch.cat(alone).tolist()
 
 
+def test_noise_drawn_several_steps_ahead_is_the_noise_of_one_draw_per_step():
+    from gspo.rollout.torch_engine import RaceNoise
+
+    V, steps = 5, 7
+    ref = [torch.Generator().manual_seed(s) for s in range(3)]
+    want = [[torch.empty(V).exponential_(generator=g) for _ in range(steps)] for g in ref]
+    noise = RaceNoise([torch.Generator().manual_seed(s) for s in range(3)], V, steps,
+                      budget=4 * V * 3 * 3)
+    assert noise.block == 3                    # refills at steps 0, 3, 6: rows drop in between
+    for t in range(steps):
+        rows = torch.tensor([0, 1, 2] if t < 4 else [0, 2])    # row 1 stops after step 3
+        got = noise.at(rows, t)
+        assert all(torch.equal(got[i], want[r][t]) for i, r in enumerate(rows.tolist()))
+
+
 def test_sample_seeds_follow_vllms_request_seeds():
     assert sample_seeds(3, 2, 2) == [12, 13, 14, 15]            # (3*2+i)*2 + j
     assert sample_seeds([5, 9], 2, 3) == [15, 16, 17, 27, 28, 29]
