@@ -35,7 +35,7 @@ import tempfile
 
 from evaluators.tasks import BENCHMARKS
 
-TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
+TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "clip_frac_seqs",
               "clip_frac_tokens_onpolicy", "compute_flops",
               "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s",
               # where a step's time goes, and the engine/trainer log-prob gap (variants)

@@ -222,6 +222,9 @@ def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(tmp_path_fa
     assert rebuilt == original
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["clip_frac_tokens"]) == {"grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
+    # GSPO on TRL logs the clipped share of sequences only; the native runs log both
+    assert summary["clip_frac_tokens"]["gspo-trl"] is None
+    assert all(summary["clip_frac_seqs"][v] is not None for v in ("gspo", "gspo-trl"))
     stab = list(csv.DictReader((out / "stability.csv").open()))
     assert {(s["variant"], s["algorithm"], s["seed"], s["status"]) for s in stab} == {
         (v, a, seed, "FINISHED") for v, a in (("grpo", "grpo"), ("gspo", "gspo"),

@@ -39,6 +39,7 @@ def headline(report: Report) -> dict:
             "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
                              for r in report.table],
             "clip_frac_tokens": report.clips, "clip_frac_tokens_offpolicy": report.clips_off,
+            "clip_frac_seqs": report.clips_seq,
             "clip_ratio": report.ratios,
             "collapsed_runs": [f"{r['variant']}-seed{r['seed']}"
                                for r in report.stability if r["collapsed"]],

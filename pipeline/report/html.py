@@ -200,13 +200,17 @@ def _training(report) -> list[str]:
     rule, clips = report.rule, report.clips
     ratio_txt = ", ".join(f"{k}: {v:.1f}x" for k, v in report.ratios.items()) or "-"
     clip_rows = [{"variant": a, "clip_frac_tokens": clips[a],
-                  "clip_frac_tokens_offpolicy": report.clips_off.get(a)} for a in sorted(clips)]
+                  "clip_frac_tokens_offpolicy": report.clips_off.get(a),
+                  "clip_frac_seqs": report.clips_seq.get(a)} for a in sorted(clips)]
     return [
         "<h2>Training reward against compute</h2><img src='reward_vs_compute.png'>",
         "<h2>Clipping</h2><img src='clip_fraction.png'>",
         f"<p>Clip-fraction ratio (mean clipped-token fraction over all steps and seeds): "
-        f"<b>{esc(ratio_txt)}</b>.</p>",
-        table(clip_rows, ["variant", "clip_frac_tokens", "clip_frac_tokens_offpolicy"]),
+        f"<b>{esc(ratio_txt)}</b>. <code>clip_frac_seqs</code>: the share of sequences with a "
+        "clipped term, the convention TRL logs for GSPO (a run on <code>engine: trl</code> has "
+        "that one alone).</p>",
+        table(clip_rows, ["variant", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
+                          "clip_frac_seqs"]),
         "<h2>Stability</h2>",
         f"<p>Collapse rule: with the training reward smoothed by a trailing moving mean over "
         f"{rule['window']} steps, a run has collapsed when its best smoothed reward is at least "

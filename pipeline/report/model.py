@@ -47,7 +47,8 @@ class Report:
     `comparisons` the variants against their baselines, `moe` the MoE ablation (None for dense
     experiments); `fits` the ScaleRL compute-score fit per variant and benchmark
     (pipeline.report.scaling); `clips`/`clips_off` the mean clipped-token fraction per variant (all and
-    off-policy minibatches), `ratios` each variant's against GRPO's; `provenance` what the runs
+    off-policy minibatches), `clips_seq` the clipped-sequence fraction (the convention TRL logs for
+    GSPO, so a TRL run has that one alone), `ratios` each variant's against GRPO's; `provenance` what the runs
     were made with (workflow_config: the master config's text, or None); `claims` one row per
     claim of the paper with its measured number, interval and verdict (pipeline.report.claims)."""
 
@@ -63,6 +64,7 @@ class Report:
     fits: list[dict]
     clips: dict
     clips_off: dict
+    clips_seq: dict
     ratios: dict
     provenance: dict
     claims: list[dict] = dataclasses.field(default_factory=list)
@@ -125,6 +127,7 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
         fits=scaling.scaling_fits(data, **ci), clips=clips,
         clips_off={a: stats.mean_clip(runs, "clip_frac_tokens_offpolicy")
                    for a, runs in groups.items()},
+        clips_seq={a: stats.mean_clip(runs, "clip_frac_seqs") for a, runs in groups.items()},
         ratios={f"{a}/grpo": clips[a] / clips["grpo"] for a in clips
                 if a != "grpo" and clips.get("grpo") and clips[a] is not None},
         provenance=provenance(data, workflow_config))
