@@ -126,6 +126,8 @@ PRECISION_HELP = (
 class SFTConfig:
     """Cold-start supervised fine-tuning on worked solutions (loss on response tokens only)."""
 
+    engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun) or "
+                         "'trl' (TRL's SFTTrainer; docs/ENGINES.md maps each field onto it)")
     model: str = option("tiny", "a model preset (tiny, small, tiny-moe: random-initialised from "
                        "init_seed) or the path of a local Hugging Face checkpoint directory")
     init_seed: int = option(0, "seed of the random initialisation when `model` is a preset")
@@ -158,6 +160,8 @@ class SFTConfig:
     threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
 
     def __post_init__(self):
+        check(self.engine in ("native", "trl"), "engine",
+              f"must be 'native' or 'trl', got {self.engine!r}")
         check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         for name in ("steps", "batch_size", "max_len"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")

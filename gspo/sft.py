@@ -119,6 +119,10 @@ def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
     if cfg.batch_size % world.size:
         raise ConfigError(f"batch_size: {cfg.batch_size} does not divide by the {world.size} "
                           "ranks (each trains on an equal slice); pick a multiple of them")
+    if cfg.engine == "trl":
+        from gspo import trl_sft
+
+        trl_sft.check(cfg, world)      # before anything is written
     # only rank 0 talks to MLflow
     tracking = (tracking or Tracking()) if world.main else Tracking()
     if world.main:
@@ -126,6 +130,8 @@ def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
     dist.barrier(world)
     # MLflow run (when tracking has a URI), status FINISHED / FAILED / KILLED.
     with stage_run("sft", cfg.out_dir, commit="immediate", tracking=tracking):
+        if cfg.engine == "trl":
+            return trl_sft.train(cfg, scorer, world)
         return _run_sft(cfg, scorer, world)
 
 
@@ -175,7 +181,7 @@ def _update(model, opt, batch, cfg: SFTConfig, world: dist.World) -> tuple[float
     return float(dist.all_reduce(torch.tensor(loss, dtype=torch.float64), world)), gnorm
 
 
-def _check_lengths(mix: Mix, codec: tokens.Codec, max_len: int) -> int:
+def check_lengths(mix: Mix, codec: tokens.Codec, max_len: int) -> int:
     """The longest response in tokens (EOS included); a ConfigError when a prompt leaves no room
     for a response within max_len."""
     for path, _, recs in mix.files:
@@ -195,7 +201,7 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
     model, tok = _setup(cfg, out, world, mix)
     codec = tokens.codec(tok, out / "init" if cfg.model in PRESETS else cfg.model, cfg.prompt)
     flops = FlopCounter(model)
-    max_resp = _check_lengths(mix, codec, cfg.max_len)
+    max_resp = check_lengths(mix, codec, cfg.max_len)
     if world.main:
         write_run_info(out, run_info(to_dict(cfg), mix.hashes(), stage="sft",
                                      world_size=world.size))

@@ -1,0 +1,225 @@
+"""Cold-start SFT on TRL's SFTTrainer (`engine: trl` in the sft section): the same config,
+records, optimizer, schedule, model files and metrics as the native stage (gspo.sft), with TRL's
+loop, collator, loss, gradient accumulation and DDP doing the training.
+
+FIELDS says what each SFTConfig field becomes (docs/ENGINES.md shows it as a table; a test holds
+the two to each other). A value TRL cannot honour as this project defines it is a one-line
+ConfigError naming the field and the engine, never a silent change.
+
+- Records: each step's are the native stage's (Mix.sample with the run's seed and the step),
+  tokenized by the Codec (prompt + response + EOS, cut at max_len as pad_batch cuts them) and
+  handed to TRL already tokenized, with the response as its completion mask, in order
+  (`train_sampling_strategy=sequential`): TRL's step k trains on the native step k's records.
+- Optimizer and schedule: the native stage's AdamW (betas 0.9 / 0.95) and its warm-up + cosine
+  (gspo.sft.lr_at), given to the Trainer; TRL's own defaults differ (a warm-up that starts at 0,
+  weight decay skipping biases and norms).
+- Metrics under this project's names every log_every steps (TRL logs each step), TRL's own under
+  `trl/`; the greedy check (gspo.sft.greedy_accuracy) runs from the same callback.
+- The model goes to checkpoints/step_S and model/ as the native stage writes them. SFT always
+  starts over, so no TRL checkpoint is kept.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import torch
+
+from gspo import checkpoint as ckpt
+from gspo import distributed as dist
+from gspo import tokens
+from gspo.config import ConfigError, SFTConfig, to_dict
+from gspo.data import Mix
+from gspo.flops import FlopCounter
+from gspo.io import read_jsonl, write_json
+from gspo.models import PRESETS, enable_activation_checkpointing, load_model
+from gspo.tracking import MetricsLog
+
+ENGINE = "engine: trl"
+
+# SFTConfig field -> what it becomes in TRL (docs/ENGINES.md's SFT table)
+FIELDS: dict[str, str] = {
+    "engine": "this engine",
+    "model": "the model TRL trains (a preset is built first, as the native stage builds it)",
+    "init_seed": "the preset's initialisation",
+    "out_dir": "`output_dir` = out_dir/trl (nothing kept there); checkpoints/, metrics.jsonl, "
+               "model/ by the harness",
+    "train_data": "each step's records as the native stage draws them, tokenized, in order "
+                  "(`train_sampling_strategy=sequential`)",
+    "eval_data": "the greedy check (gspo.sft.greedy_accuracy), from a callback",
+    "eval_problems": "the greedy check's records",
+    "steps": "`max_steps`",
+    "batch_size": "`per_device_train_batch_size` x `gradient_accumulation_steps` x ranks",
+    "lr": "the native AdamW (betas 0.9 / 0.95) and schedule (gspo.sft.lr_at), given to the "
+          "Trainer (`optimizers`)",
+    "warmup_steps": "the native schedule (gspo.sft.lr_at)",
+    "min_lr_ratio": "the native schedule (gspo.sft.lr_at)",
+    "weight_decay": "the native AdamW's, on every parameter",
+    "grad_clip": "`max_grad_norm`",
+    "max_len": "the records cut at max_len as the native stage cuts them (`max_length=None`)",
+    "micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps`",
+    "max_tokens_per_micro_batch": "refused unless 0 (TRL has no token budget)",
+    "logprob_chunk": "refused unless 0",
+    "activation_checkpointing": "`gradient_checkpointing`",
+    "precision": "`bf16` (autocast over fp32 weights); bf16 model files as the native stage",
+    "prompt": "the Codec renders the prompt and response tokens TRL receives "
+              "(`completion_only_loss`)",
+    "eval_every": "the greedy check every eval_every steps, from a callback",
+    "log_every": "a record every log_every steps (`logging_steps=1`, the others dropped)",
+    "seed": "`seed` (the data order is the harness's)",
+    "device": "`use_cpu` for cpu, else accelerate's device",
+    "threads": "torch.set_num_threads",
+}
+# TRL's logged name -> this project's
+METRICS = {"loss": "loss", "grad_norm": "grad_norm"}
+
+
+def refusals(cfg: SFTConfig) -> list[tuple[str, str]]:
+    """(field, why) for each value of `cfg` TRL cannot honour as this project defines it."""
+    return [(f, f"{getattr(cfg, f)!r}: TRL has no such setting; set 0")
+            for f in ("max_tokens_per_micro_batch", "logprob_chunk") if getattr(cfg, f)]
+
+
+def check(cfg: SFTConfig, world: dist.World = dist.World()) -> None:
+    """A one-line ConfigError for the first field TRL cannot honour on `world`'s ranks."""
+    for field, why in refusals(cfg):
+        raise ConfigError(f"{field}: not supported with {ENGINE}: {why}")
+    share = cfg.batch_size // world.size
+    if cfg.batch_size % world.size:
+        raise ConfigError(f"batch_size: {cfg.batch_size} does not divide by the {world.size} "
+                          "ranks (each trains on an equal slice); pick a multiple of them")
+    if cfg.micro_batch_size and share % cfg.micro_batch_size:
+        raise ConfigError(f"micro_batch_size: {cfg.micro_batch_size} does not divide a rank's "
+                          f"{share} sequences a step ({ENGINE})")
+
+
+def sft_args(cfg: SFTConfig, world_size: int = 1) -> dict:
+    """SFTConfig's (TRL's) keyword arguments for `cfg` on `world_size` ranks (FIELDS)."""
+    share = cfg.batch_size // world_size
+    micro = cfg.micro_batch_size or share
+    return dict(
+        max_steps=cfg.steps, per_device_train_batch_size=micro,
+        gradient_accumulation_steps=share // micro, max_grad_norm=cfg.grad_clip,
+        gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bf16",
+        use_cpu=cfg.device == "cpu", seed=cfg.seed, completion_only_loss=True, max_length=None,
+        train_sampling_strategy="sequential", logging_steps=1, save_strategy="no",
+        report_to="none", disable_tqdm=False, dataset_num_proc=None)
+
+
+def rows(cfg: SFTConfig, codec, mix: Mix) -> list[dict]:
+    """TRL's dataset: every step's records in order, tokenized and cut at max_len (as
+    gspo.data.pad_batch), the response marked as the completion."""
+    out = []
+    for step in range(cfg.steps):
+        for r in mix.sample(cfg.batch_size, seed=cfg.seed, step=step):
+            p, resp = codec.prompt(r["prompt"]), codec.response(r["solution"])
+            out.append({"input_ids": (p + resp)[:cfg.max_len],
+                        "completion_mask": ([0] * len(p) + [1] * len(resp))[:cfg.max_len]})
+    return out
+
+
+def _callback(cfg: SFTConfig, data: list[dict], flops: FlopCounter, greedy,
+              log: MetricsLog | None):
+    """The TrainerCallback that writes this project's records (rank 0) and runs the greedy
+    check (every rank: it is sharded over them) at the native stage's steps."""
+    from transformers import TrainerCallback
+
+    from gspo.sft import lr_at
+
+    counters = {"tokens_trained": 0, "compute_flops": 0.0}
+    last_loss = {}
+    t0 = time.time()
+
+    class Bridge(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kw):
+            # the step's records: compute and tokens counted as gspo.sft counts them
+            batch = data[(state.global_step - 1) * cfg.batch_size:state.global_step * cfg.batch_size]
+            counters["tokens_trained"] += sum(sum(r["completion_mask"]) for r in batch)
+            counters["compute_flops"] += 3 * flops.forward([len(r["input_ids"]) for r in batch])
+
+        def on_log(self, args, state, control, logs=None, model=None, **kw):
+            step = state.global_step - 1                       # the native stage's 0-based step
+            last = state.global_step == cfg.steps
+            if not logs or "loss" not in logs or not (step % cfg.log_every == 0 or last):
+                return
+            last_loss["final_loss"] = logs["loss"]
+            rec = {ours: logs[k] for k, ours in METRICS.items() if k in logs}
+            rec.update(lr=lr_at(step, cfg), **counters, wall_s=time.time() - t0)
+            if greedy.records and ((cfg.eval_every and step and step % cfg.eval_every == 0)
+                                   or last):
+                rec["greedy_accuracy"] = greedy(model)
+            rec.update({f"trl/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
+            if log is not None:
+                log.log(state.global_step, rec)
+
+    return Bridge(), counters, last_loss
+
+
+class _Greedy:
+    """The greedy held-out check on TRL's model (gspo.sft.greedy_accuracy)."""
+
+    def __init__(self, cfg: SFTConfig, codec, scorer, world: dist.World, max_resp: int):
+        self.records = read_jsonl(cfg.eval_data)[:cfg.eval_problems] if cfg.eval_data else []
+        self.cfg, self.codec, self.scorer, self.world = cfg, codec, scorer, world
+        self.max_resp = max_resp
+
+    def __call__(self, model) -> float:
+        from gspo.sft import greedy_accuracy
+
+        return greedy_accuracy(model, self.codec, self.records, self.max_resp, self.scorer,
+                               self.world, self.cfg.precision)
+
+
+def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.Path:
+    """Train cfg's SFT run with TRL inside the caller's stage run; returns out/model. On
+    several ranks (torchrun) TRL runs DDP over the process group `world` set up."""
+    from datasets import Dataset
+
+    from gspo.sft import check_lengths, initial_model, lr_at
+    from gspo.trl_engine import _trl
+
+    check(cfg, world)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = pathlib.Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    mix = Mix(cfg.train_data, need_solution=True)
+    path = initial_model(cfg.model, cfg.init_seed, out, build=world.main, corpus=[
+        r["prompt"] + r["solution"] for _, _, recs in mix.files for r in recs])
+    dist.barrier(world)
+    model, tok = load_model(path)
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    codec = tokens.codec(tok, out / "init" if cfg.model in PRESETS else cfg.model, cfg.prompt)
+    greedy = _Greedy(cfg, codec, scorer, world, check_lengths(mix, codec, cfg.max_len))
+    trl = _trl()
+    if world.main:
+        ckpt.write_run_info(out, ckpt.run_info(to_dict(cfg), mix.hashes(), stage="sft",
+                                               engine="trl", trl_version=trl.__version__,
+                                               world_size=world.size))
+    data = rows(cfg, codec, mix)
+    log = MetricsLog(out / "metrics.jsonl") if world.main else None
+    bridge, counters, last = _callback(cfg, data, FlopCounter(model), greedy, log)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+                            weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, cfg) / cfg.lr)
+    t0 = time.time()
+    trainer = trl.SFTTrainer(model=model, processing_class=tok,
+                             args=trl.SFTConfig(output_dir=str(out / "trl"),
+                                                **sft_args(cfg, world.size)),
+                             train_dataset=Dataset.from_list(data), optimizers=(opt, sched),
+                             callbacks=[bridge])
+    trainer.train()
+    if world.main:
+        state = {"step": cfg.steps, "compute_flops": counters["compute_flops"]}
+        final = ckpt.save_checkpoint(out / "checkpoints", cfg.steps, model, tok, state,
+                                     meta={"stage": "sft", "engine": "trl", **state},
+                                     precision=cfg.precision)
+        ckpt.publish_model(final, out / "model")
+        write_json(out / "summary.json", {"steps": cfg.steps, **counters,
+                                          "wall_s": time.time() - t0,
+                                          **last, "engine": "trl",
+                                          "world_size": world.size})
+    dist.barrier(world)
+    return out / "model"
