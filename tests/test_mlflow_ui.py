@@ -56,11 +56,8 @@ def _wait_http(url: str, proc, timeout: float):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    from test_workflow import smoke_runs
-
-    a, _ = smoke_runs(tmp_path_factory.getbasetemp() / "smoke")
-    return a
+def store(smoke):
+    return smoke[0]
 
 
 @pytest.fixture(scope="module")

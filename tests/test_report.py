@@ -197,10 +197,8 @@ def test_a_dense_experiment_has_no_moe_section():
 
 
 @pytest.mark.slow
-def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(tmp_path_factory, tmp_path):
-    from test_workflow import smoke_runs
-
-    a, _ = smoke_runs(tmp_path_factory.getbasetemp() / "smoke")
+def test_the_report_is_rebuilt_from_a_copy_of_the_mlflow_store_alone(smoke, tmp_path):
+    a, _ = smoke
     # a copy of the database, in a folder without any of the run's files
     store = tmp_path / "store"
     store.mkdir()

@@ -1,8 +1,8 @@
 """The Snakemake workflow for real: the smoke config end to end (twice, from scratch, for
 determinism), re-runs, config changes, resume, validation errors, lint and the real-scale dry run.
 
-The two smoke runs are made once per test session (`smoke_runs()`, shared with test_report.py and
-test_mlflow_ui.py) in temporary working directories, each with its own MLflow sqlite store.
+The two smoke runs are made once per test session (conftest's `smoke` fixture, shared with
+test_report.py and test_mlflow_ui.py) in temporary working directories, each with its own MLflow sqlite store.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 SMOKE = ROOT / "config" / "smoke.yaml"
 TIMING_KEYS = re.compile(r"^(time_.*|wall_s|seconds|trl/step_time)$")   # TRL's own timing too
 
-_CACHE: dict[str, object] = {}
-
 
 def snakemake(workdir, *args, configfile=SMOKE, timeout=900, check=True):
     """Run snakemake on the repository's Snakefile in `workdir` (its own results/ and store)."""
@@ -45,21 +43,14 @@ def snakemake(workdir, *args, configfile=SMOKE, timeout=900, check=True):
 
 
 def smoke_runs(tmp_root: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
-    """Two complete smoke runs from scratch, made once per session."""
-    if "runs" not in _CACHE:
-        dirs = []
-        for name in ("a", "b"):
-            d = tmp_root / name
-            d.mkdir(parents=True)
-            snakemake(d, "--cores", "2")
-            dirs.append(d)
-        _CACHE["runs"] = tuple(dirs)
-    return _CACHE["runs"]  # type: ignore[return-value]
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    return smoke_runs(tmp_path_factory.getbasetemp() / "smoke")
+    """Two complete smoke runs from scratch (conftest's session fixture `smoke` makes them once)."""
+    dirs = []
+    for name in ("a", "b"):
+        d = tmp_root / name
+        d.mkdir(parents=True)
+        snakemake(d, "--cores", "2")
+        dirs.append(d)
+    return dirs[0], dirs[1]
 
 
 def exp_dir(workdir) -> pathlib.Path:
