@@ -7,18 +7,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (the README's `-n 2 --dist loadgroup`) the tests that share an expensive
-    fixture run on one worker, which builds it once: the smoke workflow runs (read by three
-    files) in one group, every other file's tests (their module fixtures) in one group each."""
-    for item in items:
-        group = "smoke" if "smoke" in item.fixturenames else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
-    """The two smoke workflow runs from scratch (tests/test_workflow.py's smoke_runs)."""
+    """The two smoke workflow runs from scratch (tests/test_workflow.py's smoke_runs), made once
+    per session for the three files that read them (test_workflow, test_report, test_mlflow_ui)."""
     from test_workflow import smoke_runs
 
     return smoke_runs(tmp_path_factory.getbasetemp() / "smoke")
