@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gspo.rollout import Completion, nothing_to_generate
+from gspo.rollout.base import Completion, nothing_to_generate
 
 
 def _apply_rope(x, cos, sin):

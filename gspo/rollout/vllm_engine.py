@@ -69,7 +69,7 @@ import tempfile
 
 import torch
 
-from gspo.rollout import Completion, nothing_to_generate
+from gspo.rollout.base import Completion, nothing_to_generate
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
