@@ -109,29 +109,34 @@ def greedy_accuracy(model, codec: tokens.Codec, records: list[dict], max_new_tok
     return sum(dist.gather_objects(scores, world)) / max(len(records), 1)
 
 
-def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
-            tracking: Tracking | None = None, world: dist.World = dist.World()) -> pathlib.Path:
-    """Train; `scorer` (needed when cfg.eval_data is set) judges the greedy check's answers.
-    SFT always starts over, so the MLflow run a previous attempt left is superseded first."""
+def start(cfg: SFTConfig, scorer: Scorer | None, tracking: Tracking | None,
+          world: dist.World) -> Tracking:
+    """What an SFT stage checks and clears before it trains, on either engine: the config's
+    fit to the ranks and the scorer, and the MLflow run a previous attempt left (SFT always
+    starts over); returns the tracking this rank records with (rank 0 alone talks to MLflow)."""
     if cfg.eval_data and scorer is None:
         raise ValueError("run_sft: eval_data is set, so a scorer(record, completion) is needed "
                          "for the greedy check (e.g. evaluators.tasks.reward)")
     if cfg.batch_size % world.size:
         raise ConfigError(f"batch_size: {cfg.batch_size} does not divide by the {world.size} "
                           "ranks (each trains on an equal slice); pick a multiple of them")
-    if cfg.engine == "trl":
-        from gspo import trl_sft
-
-        trl_sft.check(cfg, world)      # before anything is written
-    # only rank 0 talks to MLflow
     tracking = (tracking or Tracking()) if world.main else Tracking()
     if world.main:
         supersede(cfg.out_dir, tracking)
     dist.barrier(world)
+    return tracking
+
+
+def run_sft(cfg: SFTConfig, scorer: Scorer | None = None, *,
+            tracking: Tracking | None = None, world: dist.World = dist.World()) -> pathlib.Path:
+    """Train on the native engine; `scorer` (needed when cfg.eval_data is set) judges the
+    greedy check's answers. `engine: trl` runs through gspo.trl_sft.run_sft instead."""
+    if cfg.engine != "native":
+        raise ConfigError(f"engine: {cfg.engine!r} runs through gspo.trl_sft.run_sft "
+                          "(pipeline.sft picks the engine's)")
+    tracking = start(cfg, scorer, tracking, world)
     # MLflow run (when tracking has a URI), status FINISHED / FAILED / KILLED.
     with stage_run("sft", cfg.out_dir, commit="immediate", tracking=tracking):
-        if cfg.engine == "trl":
-            return trl_sft.train(cfg, scorer, world)
         return _run_sft(cfg, scorer, world)
 
 

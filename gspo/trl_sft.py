@@ -223,3 +223,16 @@ def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.P
                                           "world_size": world.size})
     dist.barrier(world)
     return out / "model"
+
+
+def run_sft(cfg: SFTConfig, scorer=None, *, tracking=None,
+            world: dist.World = dist.World()) -> pathlib.Path:
+    """gspo.sft.run_sft's counterpart: the same checks and MLflow stage run; a field TRL cannot
+    honour stops it before anything is written."""
+    from gspo.sft import start
+    from gspo.tracking import stage_run
+
+    check(cfg, world)
+    tracking = start(cfg, scorer, tracking, world)
+    with stage_run("sft", cfg.out_dir, commit="immediate", tracking=tracking):
+        return train(cfg, scorer, world)

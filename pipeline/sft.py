@@ -17,7 +17,7 @@ from pipeline._cli import add_tracking_flags, config_parser, load_config, run, t
 
 def main(argv=None):
     from gspo import distributed as dist
-    from gspo.sft import run_sft
+    from gspo import sft, trl_sft
 
     ap = config_parser("Cold-start supervised fine-tuning on worked solutions.", "pipeline.sft")
     add_tracking_flags(ap)
@@ -25,6 +25,7 @@ def main(argv=None):
     cfg = load_config(SFTConfig, args)
     world = dist.init(cfg.device)
     try:
+        run_sft = trl_sft.run_sft if cfg.engine == "trl" else sft.run_sft
         model = run_sft(cfg, reward, tracking=tracking_of(args), world=world)
     finally:
         dist.close(world)

@@ -67,9 +67,17 @@ def test_the_docs_table_is_the_codes_mapping():
     assert rows == trl_sft.FIELDS
 
 
+def test_the_native_stage_refuses_a_trl_config_rather_than_train_it_natively(tmp_path):
+    from gspo.sft import run_sft
+
+    with pytest.raises(ConfigError, match="gspo.trl_sft.run_sft"):
+        run_sft(cfg_of(engine="trl", out_dir=str(tmp_path / "sft")))
+    assert not (tmp_path / "sft").exists()
+
+
 def test_a_refused_field_stops_the_stage_before_anything_is_written(tmp_path, toy_data):
     from evaluators.tasks import reward
-    from gspo.sft import run_sft
+    from gspo.trl_sft import run_sft
 
     cfg = cfg_of(engine="trl", out_dir=str(tmp_path / "sft"), logprob_chunk=16,
                  train_data=[DataSource(str(toy_data / "train.jsonl"))])
@@ -111,11 +119,11 @@ def _same_numbers(native: list[dict], trl: list[dict]) -> None:
 def both(tmp_path_factory, toy_data):
     """The same 12 SFT steps on the native stage and on TRL."""
     from evaluators.tasks import reward
-    from gspo.sft import run_sft
+    from gspo import sft, trl_sft
 
     tmp = tmp_path_factory.mktemp("trl_sft")
-    for engine in ("native", "trl"):
-        run_sft(_sft(tmp, toy_data, engine), reward)
+    sft.run_sft(_sft(tmp, toy_data, "native"), reward)
+    trl_sft.run_sft(_sft(tmp, toy_data, "trl"), reward)
     return tmp
 
 
