@@ -47,6 +47,7 @@ import sys
 from typing import Callable, Sequence
 
 from evaluators import batch, sandbox
+from evaluators.sandboxed import source
 from gspo.io import DataError
 
 VERDICTS = ("passed", "wrong answer", "time limit", "runtime error", "compile error",
@@ -88,92 +89,12 @@ def syntax_ok(code: str) -> bool | None:
         return None
 
 
-# The child side of functional tests. Reads the arguments from stdin before any user code runs,
-# executes solution.py in its own namespace, calls the function and writes one JSON line to the
-# side channel, then leaves without running user atexit handlers. It decides nothing: the harness
-# compares the value it reads with the expected output, which the child never sees.
-DRIVER = r'''
-import json as _json, os as _os, sys as _sys
-def _gspo_main():
-    dumps, write, exit_ = _json.dumps, _os.write, _os._exit
-    fd = _os.dup(int(_os.environ.pop("GSPO_CHANNEL_FD")))
-    args = [_json.loads(line) for line in _sys.stdin.read().split("\n") if line.strip()]
-    func_name = _sys.argv[1]
-    with open("solution.py") as f:
-        src = f.read()
-    try:
-        code = compile(src, "solution.py", "exec")
-    except (SyntaxError, ValueError) as e:
-        write(fd, (dumps({"error": "compile", "detail": repr(e)}) + "\n").encode())
-        exit_(0)
-    ns = {"__name__": "solution", "__builtins__": __builtins__}
-    exec(code, ns)
-    if "Solution" in ns:
-        target = getattr(ns["Solution"](), func_name)
-    else:
-        target = ns[func_name]
-    result = target(*args)
-    if isinstance(result, tuple):
-        result = list(result)
-    try:
-        payload = dumps({"result": result})
-    except (TypeError, ValueError, RecursionError) as e:
-        write(fd, (dumps({"error": "unserializable", "detail": type(result).__name__}) + "\n").encode())
-        exit_(0)
-    _sys.stdout.flush()
-    write(fd, (payload + "\n").encode())
-    exit_(0)
-_gspo_main()
-'''
+# the child side of functional tests (evaluators/sandboxed/functional.py says what it does)
+DRIVER = source("functional")
 
 
-# The child side of file tests (input_mode 'file'). Takes the channel before anything else and
-# makes itself non-dumpable (so the program, its child, cannot open /proc/<driver>/fd/*), runs
-# solution.py as a child with no access to the channel (not inherited, fds closed), waits, then
-# sends "F" + output.txt's bytes (at most argv[1] + 1 of them) or "N" when there is no regular
-# file output.txt, and ends the way the child did. It decides nothing: the harness compares.
-FILE_DRIVER = r'''
-import os as _os, signal as _signal, stat as _stat, subprocess as _sp, sys as _sys
-def _gspo_file_main():
-    raw = int(_os.environ.pop("GSPO_CHANNEL_FD"))
-    fd = _os.dup(raw)
-    _os.close(raw)
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
-    except Exception:
-        pass
-    cap = int(_sys.argv[1])
-    child = _sp.Popen([_sys.executable, "-I", "-B", "solution.py"], stdin=_sp.DEVNULL,
-                      close_fds=True)
-    rc = child.wait()
-    if rc == 0:
-        msg = b"N"
-        try:
-            out = _os.open("output.txt", _os.O_RDONLY | _os.O_NONBLOCK | _os.O_NOFOLLOW)
-        except OSError:
-            out = None
-        if out is not None:
-            if _stat.S_ISREG(_os.fstat(out).st_mode):
-                data = bytearray()
-                while len(data) <= cap:
-                    chunk = _os.read(out, 1 << 16)
-                    if not chunk:
-                        break
-                    data += chunk
-                msg = b"F" + bytes(data[:cap + 1])
-            _os.close(out)
-        view = memoryview(msg)
-        while view:
-            view = view[_os.write(fd, view):]
-        _os._exit(0)
-    if rc < 0:
-        _signal.signal(-rc, _signal.SIG_DFL)
-        _os.kill(_os.getpid(), -rc)
-        _os._exit(128 - rc)
-    _os._exit(rc)
-_gspo_file_main()
-'''
+# the child side of file tests (evaluators/sandboxed/file_mode.py)
+FILE_DRIVER = source("file_mode")
 
 
 def status_verdict(r: sandbox.Result) -> str | None:

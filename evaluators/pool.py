@@ -1,9 +1,9 @@
-"""Warm program sandboxes: each worker is one bwrap sandbox running evaluators.batch.RUNNER, which
+"""Warm program sandboxes: each worker is one bwrap sandbox running evaluators/sandboxed/runner.py, which
 stays up and runs program after program, each test in a fresh forked child.
 
 A sandbox and interpreter start (~20 ms) is then paid once per worker, not once per program or
 test. Between two programs the runner resets everything a program can leave behind in its
-sandbox (batch.RUNNER's `_gspo_reset`): it kills every process but itself and bwrap's init and
+sandbox (evaluators/sandboxed/runner.py's `_gspo_reset`): it kills every process but itself and bwrap's init and
 waits until /proc lists none, empties /tmp and /dev/shm (the only writable file systems: /dev is
 mounted read-only in a worker), removes every SysV shared-memory segment, semaphore set and
 message queue, and empties the user, user-session and persistent keyrings; POSIX message queues
@@ -36,6 +36,7 @@ import time
 import warnings
 
 from evaluators import sandbox
+from evaluators.frames import RUNNER, next_frame, request
 from evaluators.supervise import _open_pid1, terminate
 
 POOL_MEMORY_MB = 4096
@@ -57,8 +58,6 @@ class Worker:
     """One warm sandbox and the read end of its results channel."""
 
     def __init__(self, backend):
-        from evaluators.batch import RUNNER
-
         self.proc, _, streams = sandbox.start_bwrap(
             backend, RUNNER, None, timeout_s=10 ** 6, memory_mb=POOL_MEMORY_MB, files=None,
             args=(), channel=True, max_procs=sandbox.DEFAULT_MAX_PROCS + 1,
@@ -73,7 +72,6 @@ class Worker:
         os.close(streams["info"])
         self.pidfd = _open_pid1(bytes(info), self.proc.pid)
         os.set_blocking(self.chan, False)
-        from evaluators.batch import request
         try:                         # an empty program: the runner starts, resets and answers
             self.run(request([], False), time.monotonic() + _START_TIMEOUT_S)
         except WorkerError:
@@ -106,8 +104,6 @@ class Worker:
             frames.append(frame)
 
     def _frame(self, deadline):
-        from evaluators.batch import next_frame
-
         while True:
             frame = next_frame(self.buf)
             if frame is not None:

@@ -110,3 +110,73 @@ def test_the_benchmark_names_are_listed_once():
                                                      "workflow", "benchmarks")
             if spelled.replace("'", '"') in p.read_text() or spelled in p.read_text()]
     assert hits == [], hits
+
+
+def module_graph(package: str) -> dict[str, set[str]]:
+    """{module: the package's modules it imports} over `package`'s own .py files, wherever the
+    import sits; `from package import name` counts as importing package.name when that is a
+    module."""
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in modules(package)}
+    graph = {}
+    for name, path in files.items():
+        deps = set()
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & set(files)
+                deps |= subs or ({node.module} & set(files))
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names} & set(files)
+        graph[name] = deps - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle (a path that comes back to its start), each found once."""
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+@pytest.mark.parametrize("package", ["gspo", "evaluators", "pipeline"])
+def test_no_package_has_an_import_cycle(package):
+    assert cycles(module_graph(package)) == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_lazy_imports():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_programs_that_run_in_the_sandbox_are_files_that_run_nothing_when_imported():
+    """evaluators/sandboxed/*.py are handed to the sandbox as text; imported (by a linter, a
+    test, a mistake) they must do nothing: no reading of stdin, no channel, no exit."""
+    import subprocess
+    import sys
+
+    from evaluators import frames, judge
+    from evaluators.sandboxed import source
+
+    names = sorted(p.stem for p in (ROOT / "evaluators" / "sandboxed").glob("*.py")
+                   if p.stem != "__init__")
+    assert names == ["file_mode", "functional", "runner"]
+    assert (frames.RUNNER, judge.DRIVER, judge.FILE_DRIVER) == (
+        source("runner"), source("functional"), source("file_mode"))
+    for name in names:
+        r = subprocess.run([sys.executable, "-c", f"import evaluators.sandboxed.{name}; print('ok')"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+        assert (r.returncode, r.stdout.strip()) == (0, "ok"), r.stderr
