@@ -78,7 +78,8 @@ def rehearsal(tmp_path_factory):
 @pytest.mark.slow
 def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(rehearsal):
     out, log = rehearsal
-    assert log.count("torchrun --standalone --nproc-per-node=2 -m pipeline.") == 3  # sft, 2 rl
+    # sft, and rl for grpo, gspo and the gspo-trl variant
+    assert log.count("torchrun --standalone --nproc-per-node=2 -m pipeline.") == 4
     sft = json.loads((out / "sft" / "summary.json").read_text())
     assert sft["world_size"] == 2 and sft["steps"] == 20
     cfg = yaml.safe_load((out / "config" / "sft.yaml").read_text())
@@ -88,6 +89,11 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
         assert rl["world_size"] == 2 and rl["steps"] == 2 and rl["tokens_generated"] > 0
         rcfg = yaml.safe_load((out / "config" / "rl" / f"{algo}-seed0.yaml").read_text())
         assert rcfg["rollout"]["engine"] == "vllm" and rcfg["rollout"]["dtype"] == "bfloat16"
+    # the TRL engine rehearsed as the native one: DDP over the same 2 ranks, bf16
+    trl = json.loads((out / "rl" / "gspo-trl" / "seed0" / "summary.json").read_text())
+    assert (trl["engine"], trl["world_size"], trl["steps"]) == ("trl", 2, 2)
+    tcfg = yaml.safe_load((out / "config" / "rl" / "gspo-trl-seed0.yaml").read_text())
+    assert (tcfg["engine"], tcfg["precision"]) == ("trl", "bf16")
     data = {p.stem: [json.loads(x) for x in p.open()] for p in (out / "data").glob("*.jsonl")}
     # the loaders' records: OpenR1 traces, DAPO prompts, AIME 2024, LiveCodeBench in the window
     from evaluators import aime
@@ -111,7 +117,7 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
 @pytest.mark.slow
 def test_the_rehearsal_evaluates_with_vllm_under_the_paper_protocol_at_toy_counts(rehearsal):
     out, _ = rehearsal
-    for folder in ("sft", "gspo/seed0/b100", "grpo/seed0/b100"):
+    for folder in ("sft", "gspo/seed0/b100", "grpo/seed0/b100", "gspo-trl/seed0/b100"):
         for bench, n in (("aime", 3), ("lcb", 5), ("cf", 3)):
             s = json.loads((out / "eval" / folder / bench / "summary.json").read_text())
             assert s["settings"]["protocol"] == "gspo-paper-2025-rehearsal"
