@@ -145,19 +145,23 @@ def all_cases() -> dict:
     return cases
 
 
-@pytest.fixture(scope="module")
-def verl(tmp_path_factory):
-    """{case: verl's results} for every case of all_cases(), from one verl process."""
+def run_verl(cases: dict, tmp: pathlib.Path) -> dict:
+    """verl's answers to `cases` (tests/verl_reference.py), from one verl process."""
     if not (VERL_PATH / "verl").is_dir():
         pytest.fail(f"{VERL_PATH}: verl is not installed beside the project; run bash setup.sh")
-    tmp = tmp_path_factory.mktemp("verl")
-    torch.save(all_cases(), tmp / "cases.pt")
+    torch.save(cases, tmp / "cases.pt")
     env = {**os.environ, "PYTHONPATH": str(VERL_PATH), "RAY_USAGE_STATS_ENABLED": "0"}
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "verl_reference.py"),
                         str(tmp / "cases.pt"), str(tmp / "out.pt")],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return torch.load(tmp / "out.pt")
+
+
+@pytest.fixture(scope="module")
+def verl(tmp_path_factory):
+    """{case: verl's results} for every case of all_cases()."""
+    return run_verl(all_cases(), tmp_path_factory.mktemp("verl"))
 
 
 def test_it_is_verl_as_pinned_that_answers(verl):

@@ -8,9 +8,9 @@ see (vLLM and transformers change course when ray is importable). So the test ru
 with that folder on PYTHONPATH and compares the numbers it writes back.
 
 usage: python tests/verl_reference.py CASES.pt RESULTS.pt
-CASES.pt: {name: case}; a case is {"kind": "loss", "mode", "old", "logp", "adv", "mask", "agg",
-"config": ActorConfig fields, "is_weights"?} or {"kind": "weights", "log_ratio", "mask", "level",
-"threshold"}. RESULTS.pt: {name: {"loss", "grad", "metrics"} or {"weights"}} plus "version".
+CASES.pt: {name: case}; a case's "kind" names the function below that answers it (loss, weights,
+dataset, reward), the rest are its arguments. RESULTS.pt: {name: what that function returns}
+plus "version".
 """
 
 from __future__ import annotations
@@ -47,7 +47,45 @@ def weights(case: dict) -> dict:
     return {"weights": w}
 
 
-KINDS = {"loss": loss, "weights": weights}
+def dataset(case: dict) -> dict:
+    """verl's RLHFDataset over the parquet at case["path"] with the model's tokenizer (its chat
+    template renders each prompt; prompts over max_prompt_length filtered as verl filters)."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    tok = AutoTokenizer.from_pretrained(case["tokenizer"])
+    ds = RLHFDataset(data_files=[case["path"]], tokenizer=tok, config=OmegaConf.create(
+        {"max_prompt_length": case["max_prompt_length"], "cache_dir": case["cache_dir"]}))
+    return {"rows": [{k: ds[i][k] for k in ("data_source", "reward_model", "extra_info",
+                                            "raw_prompt")} for i in range(len(ds))]}
+
+
+def reward(case: dict) -> dict:
+    """verl's NaiveRewardManager over a batch of tokenized prompts and responses, scoring with
+    the function at case["score_path"] (as `custom_reward_function.path` loads it)."""
+    import importlib.util
+
+    import numpy as np
+    from transformers import AutoTokenizer
+    from verl import DataProto
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    spec = importlib.util.spec_from_file_location("custom_reward", case["score_path"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tok = AutoTokenizer.from_pretrained(case["tokenizer"])
+    batch = DataProto.from_dict(
+        tensors={"prompts": case["prompts"], "responses": case["responses"],
+                 "attention_mask": case["attention_mask"]},
+        non_tensors={"data_source": np.array(case["data_source"], dtype=object),
+                     "reward_model": np.array(case["reward_model"], dtype=object),
+                     "extra_info": np.array([dict(x) for x in case["extra_info"]], dtype=object)})
+    out = NaiveRewardManager(tok, num_examine=0, compute_score=module.compute_score)(batch)
+    return {"rewards": out.sum(dim=1)}
+
+
+KINDS = {"loss": loss, "weights": weights, "dataset": dataset, "reward": reward}
 
 
 def main(cases_path: str, out_path: str) -> None:

@@ -1,0 +1,68 @@
+"""This project's records and scoring in the form verl reads them (issue 24: `engine: verl`).
+
+- `write_parquet(records, path)`: the RL records as the parquet verl's RLHFDataset reads: a
+  chat-format `prompt` (one user message: the record's prompt text, which verl renders with the
+  model's chat template), `data_source` (the benchmark), `reward_model.ground_truth` (the whole
+  record as JSON: all its benchmark needs to score, tests included) and `extra_info` (the
+  record's id and its row).
+- `compute_score(data_source, solution_str, ground_truth, extra_info)`: the reward verl's reward
+  managers call (`custom_reward_function.path` = this file, `name: compute_score`): the
+  benchmark's own score of the completion, code run in the pooled sandboxes. It needs nothing
+  but the installed project, so Ray workers can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from gspo.io import DataError
+
+
+def row(record: dict, index: int) -> dict:
+    """One record as a row of verl's RL dataset."""
+    for field in ("id", "task", "prompt"):
+        if field not in record:
+            raise DataError(f"record {index}: no {field!r} (a benchmark record has id, task, "
+                            "prompt and what its benchmark scores with)")
+    return {"data_source": record["task"],
+            "prompt": [{"role": "user", "content": record["prompt"]}],
+            "ability": record["task"],
+            "reward_model": {"style": "rule", "ground_truth": json.dumps(record)},
+            "extra_info": {"id": str(record["id"]), "index": index}}
+
+
+def write_parquet(records: list[dict], path) -> pathlib.Path:
+    """`records` as verl's RL parquet at `path`, written whole or not at all (a temp file beside
+    it, then a rename)."""
+    import os
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([row(r, i) for i, r in enumerate(records)])
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str,
+                  extra_info: dict | None = None) -> float:
+    """verl's reward function: 1.0 when the benchmark's own scoring passes the completion, else
+    0.0 (evaluators.tasks.reward)."""
+    from evaluators.tasks import reward
+
+    record = json.loads(ground_truth)
+    if record.get("task") != data_source:
+        raise DataError(f"data_source {data_source!r} is not the record's task "
+                        f"{record.get('task')!r} (record {record.get('id')!r})")
+    return reward(record, solution_str)
