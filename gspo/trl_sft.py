@@ -132,7 +132,7 @@ def _callback(cfg: SFTConfig, data: list[dict], flops: FlopCounter, greedy,
     t0 = time.time()
 
     class Bridge(TrainerCallback):
-        def on_step_end(self, args, state, control, model=None, **kw):
+        def on_step_end(self, args, state, control, **kw):
             # the step's records: compute and tokens counted as gspo.sft counts them
             batch = data[(state.global_step - 1) * cfg.batch_size:state.global_step * cfg.batch_size]
             counters["tokens_trained"] += sum(sum(r["completion_mask"]) for r in batch)
