@@ -34,6 +34,7 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
+from gspo import step_metrics
 from gspo.config import ConfigError, RLConfig, RolloutConfig, to_dict
 from gspo.data import Mix
 from gspo.errors import TrainingError
@@ -96,7 +97,8 @@ FIELDS: dict[str, str] = {
     "router_aux_loss_coef": "refused unless 0",
     "moe_metrics": "refused on MoE models unless false; no effect on dense ones",
     "reward_workers": "the reward function's sandboxes",
-    "peak_flops": "refused unless 0 (TRL does not time its phases)",
+    "peak_flops": "mfu_rollout (generation and TRL's old-log-prob pass) and mfu_update, from the "
+                  "harness's clock and compute count",
     "ckpt_every": "`save_steps` = ckpt_every x minibatches x epochs",
     "keep_last": "checkpoints/ (TRL keeps its newest exported checkpoint)",
     "keep_steps": "checkpoints/",
@@ -143,7 +145,7 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     for field in ("max_tokens_per_micro_batch", "logprob_chunk", "overlong_buffer",
                   "dynamic_sampling", "dynamic_sampling_max_rounds", "rollout_correction",
                   "rollout_correction_min", "rollout_correction_max", "routing_replay",
-                  "routing_replay_source", "router_aux_loss_coef", "peak_flops"):
+                  "routing_replay_source", "router_aux_loss_coef"):
         need(d[field] in (base[field], 0, False, "none"), field,
              f"{d[field]!r}: TRL has no such setting; leave it at {base[field]!r}")
     need(cfg.log_ratio_clamp == DEFAULT_LOG_RATIO_CLAMP, "log_ratio_clamp",
@@ -231,13 +233,16 @@ class _Run:
     counters: dict                           # the run's, equal on every rank
     pending: list = dataclasses.field(default_factory=lambda: [0.0, 0, 0])  # this rank's, unsent
     clock: dict = dataclasses.field(default_factory=dict)
+    old_pass: int = 0                        # 1 when TRL makes an old-log-prob pass
 
-    def add_pending(self) -> None:
-        """The ranks' compute and tokens since the last record, summed into the counters."""
+    def add_pending(self) -> float:
+        """The ranks' compute and tokens since the last record, summed into the counters;
+        returns the step's compute."""
         t = dist.all_reduce(torch.tensor(self.pending, dtype=torch.float64), self.world)
         for k, v in zip(("compute_flops", "tokens_generated", "tokens_trained"), t.tolist()):
             self.counters[k] += v if k == "compute_flops" else int(v)
         self.pending = [0.0, 0, 0]
+        return float(t[0])
 
 
 def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass: int):
@@ -274,13 +279,19 @@ def _export(trl_dir: pathlib.Path, dest: pathlib.Path, state: dict) -> None:
         torch.save(state, tmp / ckpt.STATE)
 
 
-def _record(logs: dict, run: _Run, now: float) -> dict:
-    """This project's record of a rollout step from TRL's log (METRICS; its own under trl/)."""
-    clip_key = "clip_frac_seqs" if run.cfg.algorithm in SEQUENCE_LEVEL else "clip_frac_tokens"
+def _record(logs: dict, run: _Run, now: float, step_flops: float) -> dict:
+    """This project's record of a rollout step from TRL's log (METRICS; its own under trl/);
+    `step_flops` the step's compute (every rank's) as _reward counted it."""
+    cfg = run.cfg
+    clip_key = "clip_frac_seqs" if cfg.algorithm in SEQUENCE_LEVEL else "clip_frac_tokens"
     t0, t1 = run.clock["start"], run.clock["rollout_end"]
     run.counters["wall_s"] += now - t0
     rec = {ours: logs[k] for k, ours in METRICS.items() if k in logs}
     rec.update(time_step_s=now - t0, time_rollout_s=t1 - t0, time_update_s=now - t1)
+    if cfg.peak_flops:
+        passes = {"rollout": (1 + run.old_pass, t1 - t0), "update": (3 * cfg.epochs, now - t1)}
+        forward = step_flops / (1 + run.old_pass + 3 * cfg.epochs)      # F(L) of the step
+        rec.update(step_metrics.mfu(forward, passes, cfg.peak_flops * run.world.size))
     if "clip_ratio/region_mean" in logs:
         rec[clip_key] = logs["clip_ratio/region_mean"]
     rec.update({f"trl/{k}": v for k, v in logs.items() if isinstance(v, (int, float))})
@@ -307,8 +318,8 @@ def _bridge(run: _Run, ckpt_root: pathlib.Path):
         def on_log(self, args, state, control, logs=None, **kw):
             if not logs or "reward" not in logs:
                 return           # TRL's end-of-training summary
-            run.add_pending()    # every rank logs, so every rank takes part
-            rec = _record(logs, run, time.perf_counter())
+            step_flops = run.add_pending()    # every rank logs, so every rank takes part
+            rec = _record(logs, run, time.perf_counter(), step_flops)
             if run.log is not None:
                 run.log.log(state.global_step // updates, rec)
             bad = not all(math.isfinite(rec.get(k, 0.0)) for k in ("loss", "grad_norm"))
@@ -363,6 +374,7 @@ def _trainer(run: _Run, reward_fn, out: pathlib.Path):
     # TRL recomputes old log-probs only when an update can be off-policy
     old_pass = int(args.gradient_accumulation_steps % (args.steps_per_generation * cfg.epochs)
                    != 0)
+    run.old_pass = old_pass
     reward = _reward(reward_fn, prompt_len, FlopCounter(model), run, old_pass)
     return trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward], args=args,
                            train_dataset=Dataset.from_list(rows),

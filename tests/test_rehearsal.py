@@ -94,6 +94,9 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
     assert (trl["engine"], trl["world_size"], trl["steps"]) == ("trl", 2, 2)
     tcfg = yaml.safe_load((out / "config" / "rl" / "gspo-trl-seed0.yaml").read_text())
     assert (tcfg["engine"], tcfg["precision"]) == ("trl", "bf16")
+    # real-scale's peak_flops gives MFU under TRL too, from the harness's clock
+    trl_recs = [json.loads(x) for x in (out / "rl" / "gspo-trl" / "seed0" / "metrics.jsonl").open()]
+    assert trl_recs and all(r["mfu_rollout"] > 0 and r["mfu_update"] > 0 for r in trl_recs)
     data = {p.stem: [json.loads(x) for x in p.open()] for p in (out / "data").glob("*.jsonl")}
     # the loaders' records: OpenR1 traces, DAPO prompts, AIME 2024, LiveCodeBench in the window
     from evaluators import aime

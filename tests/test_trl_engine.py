@@ -43,7 +43,6 @@ REFUSED = {
     "routing_replay": [dict(routing_replay=True)],
     "routing_replay_source": [dict(routing_replay=True, routing_replay_source="engine")],
     "router_aux_loss_coef": [dict(router_aux_loss_coef=0.01)],
-    "peak_flops": [dict(peak_flops=1e12)],
     "log_ratio_clamp": [dict(log_ratio_clamp=10.0)],
     "old_logprobs": [dict(old_logprobs="rollout")],
     "rollout": [dict(rollout=RolloutConfig(engine="vllm")),
@@ -61,6 +60,7 @@ MAPPED = {
 # fields the harness itself honours around TRL (FIELDS says how), and sapo's (mapped for sapo)
 HARNESS = {"engine", "model", "out_dir", "train_data", "prompt", "reward_workers", "keep_last",
            "keep_steps", "resume", "max_consecutive_nonfinite", "threads", "moe_metrics",
+           "peak_flops",
            "sapo_tau_pos", "sapo_tau_neg"}
 
 
@@ -137,7 +137,8 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
     from gspo.data import Mix
     from gspo.models import load_model
 
-    cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=3, ckpt_every=2))
+    cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=3, ckpt_every=2,
+                               extra="peak_flops: 1.0e+12\n"))
     seen = []
 
     def reward_fn(records, completions):
@@ -169,6 +170,12 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
                 "trl/clip_ratio/region_mean"} <= set(r)
         assert r["time_step_s"] == pytest.approx(r["time_rollout_s"] + r["time_update_s"])
     flops = [r["compute_flops"] for r in recs]
+    # MFU from the harness's clock: each phase's passes over the step's F(L) (2 minibatches,
+    # 1 epoch: TRL makes an old-log-prob pass), against peak_flops
+    forward = [(b - a) / (1 + 1 + 3) for a, b in zip([0.0] + flops, flops)]
+    for r, f in zip(recs, forward):
+        assert r["mfu_rollout"] == pytest.approx(2 * f / (r["time_rollout_s"] * 1e12), rel=1e-6)
+        assert r["mfu_update"] == pytest.approx(3 * f / (r["time_update_s"] * 1e12), rel=1e-6)
     assert 0 < flops[0] < flops[1] < flops[2]
     assert json.loads((tmp_path / "rl" / "summary.json").read_text())["engine"] == "trl"
 
@@ -259,6 +266,6 @@ def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses
     cfg = load(RLConfig, path)
     refused = [f for f, _ in trl_engine.refusals(cfg)]
     # what the config's comment says engine: trl refuses there
-    assert refused == ["max_tokens_per_micro_batch", "logprob_chunk", "peak_flops", "rollout"]
+    assert refused == ["max_tokens_per_micro_batch", "logprob_chunk", "rollout"]
     with pytest.raises(ConfigError, match=r"^max_tokens_per_micro_batch: not supported with "):
         trl_engine.check(cfg)
