@@ -188,7 +188,7 @@ def test_the_loss_gradient_and_clip_fraction_equal_verls(verl, name):
     assert abs(loss) > 1e-3
 
 
-def test_a_clip_is_exercised_by_every_clipped_objective(verl):
+def test_a_clip_is_exercised_by_every_clipped_objective():
     """the comparisons above cover the clip's edges, not only its inside"""
     for name in ("grpo", "gspo", "dapo", "dr_grpo", "cispo-narrow", "gmpo"):
         assert ours(SAME[name][0])[2]["clip_frac_tokens"] > 0, name

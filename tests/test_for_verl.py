@@ -32,7 +32,7 @@ def bpe_dir(tmp_path_factory):
     return build_tiny("tiny-bpe", tmp_path_factory.mktemp("bpe") / "m", seed=0, corpus=corpus)
 
 
-def _batch(tok, recs: list[dict], completions: list[str]) -> dict:
+def _batch(tok, model_dir, recs: list[dict], completions: list[str]) -> dict:
     """Tokenized prompts (left-padded) and responses (right-padded) as verl's rollout gives
     them to its reward manager."""
     prompts = [tok(r["prompt"], add_special_tokens=False).input_ids for r in recs]
@@ -45,7 +45,7 @@ def _batch(tok, recs: list[dict], completions: list[str]) -> dict:
         ids_p[i, P - len(p):], mask[i, P - len(p):P] = torch.tensor(p), 1
         ids_r[i, :len(c)], mask[i, P:P + len(c)] = torch.tensor(c), 1
     rows = [for_verl.row(r, i) for i, r in enumerate(recs)]
-    return {"kind": "reward", "tokenizer": None, "prompts": ids_p, "responses": ids_r,
+    return {"kind": "reward", "tokenizer": str(model_dir), "prompts": ids_p, "responses": ids_r,
             "attention_mask": mask, "data_source": [x["data_source"] for x in rows],
             "reward_model": [x["reward_model"] for x in rows],
             "extra_info": [x["extra_info"] for x in rows]}
@@ -63,7 +63,7 @@ def verl(tmp_path_factory, bpe_dir):
     # each record's worked solution (passes) and a wrong answer (fails)
     completions = [r["solution"] for r in recs] + ["\\boxed{-1}" if r["task"] == "aime" else
                                                    "```python\nprint(0)\n```" for r in recs]
-    reward_case = {**_batch(tok, recs + recs, completions), "tokenizer": str(bpe_dir),
+    reward_case = {**_batch(tok, bpe_dir, recs + recs, completions),
                    "score_path": str(ROOT / "evaluators" / "for_verl.py")}
     out = run_verl({"dataset": {"kind": "dataset", "path": str(path), "tokenizer": str(bpe_dir),
                                 "max_prompt_length": 4096, "cache_dir": str(tmp / "cache")},
