@@ -8,36 +8,17 @@ dataclasses' `__post_init__` checks the invariants and says how to fix a violati
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import yaml
 
+from gspo.fields import ConfigError, check, option
 from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
 ALGORITHMS = tuple(OBJECTIVES)     # the config's `algorithm`: gspo.objectives registers them
-
-
-class ConfigError(ValueError):
-    """A config that cannot be used; the message names the file and field."""
-
-
-def option(default, text: str, **kw):
-    if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        return field(default_factory=lambda d=default: _copy(d), metadata={"help": text}, **kw)
-    return field(default=default, metadata={"help": text}, **kw)
-
-
-def _copy(v):
-    return json.loads(json.dumps(v)) if not dataclasses.is_dataclass(v) else dataclasses.replace(v)
-
-
-def check(cond: bool, name: str, msg: str):
-    if not cond:
-        raise ConfigError(f"{name}: {msg}")
 
 
 @dataclass
@@ -87,6 +68,30 @@ class RolloutConfig:
         return {"gpu_memory_utilization": self.gpu_memory_utilization or None,
                 "max_model_len": self.max_model_len or None,
                 "tensor_parallel_size": self.tensor_parallel_size, "sleep": self.sleep}
+
+
+@dataclass
+class VerlConfig:
+    """engine: verl only: how verl lays the run over the GPUs (gspo.verl_engine)."""
+
+    strategy: str = option("fsdp", "verl's training backend: fsdp, or megatron (tensor and expert "
+                           "parallelism; Routing Replay needs it)")
+    tensor_parallel: int = option(1, "megatron: tensor-parallel size of the trainer")
+    expert_parallel: int = option(1, "megatron: expert-parallel size of the trainer (MoE)")
+    pipeline_parallel: int = option(1, "megatron: pipeline-parallel size of the trainer")
+    overrides: list[str] = option([], "more of verl's own Hydra overrides (key=value), passed "
+                                  "as they are after the mapped ones; verl's validation checks them")
+
+    def __post_init__(self):
+        check(self.strategy in ("fsdp", "megatron"), "strategy",
+              f"must be fsdp or megatron, got {self.strategy!r}")
+        for name in ("tensor_parallel", "expert_parallel", "pipeline_parallel"):
+            check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        check(self.strategy == "megatron" or (self.tensor_parallel, self.expert_parallel,
+                                              self.pipeline_parallel) == (1, 1, 1),
+              "strategy", "tensor/expert/pipeline parallelism needs strategy: megatron")
+        check(all("=" in o for o in self.overrides), "overrides",
+              "each is one of verl's Hydra overrides, key=value")
 
 
 @dataclass
@@ -182,8 +187,9 @@ class RLConfig:
     algorithm: str = option("gspo", "the objective: grpo (token-level ratio), gspo (sequence-"
                             "level), gspo_token, dapo, dr_grpo, cispo, gmpo or sapo "
                             "(gspo.objectives.OBJECTIVES)")
-    engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun) or "
-                         "'trl' (TRL's GRPOTrainer; docs/ENGINES.md maps each field onto it)")
+    engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun), "
+                         "'trl' (TRL's GRPOTrainer) or 'verl' (verl's PPO trainer in its own "
+                         "environment, the workflow's verl rule); docs/ENGINES.md maps each field")
     model: str = option("results/default/sft/model", "the starting checkpoint (usually SFT output)")
     out_dir: str = option("results/default/rl/gspo-0", "checkpoints, metrics and final model")
     train_data: list[DataSource] = option([], "prompt files and their mixing weights")
@@ -289,13 +295,16 @@ class RLConfig:
     seed: int = option(0, "seed of prompt sampling, rollouts and minibatch order")
     device: str = option("cpu", "training device")
     threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
+    verl: VerlConfig = option(VerlConfig(), "engine: verl only: its backend and parallel layout")
 
     def __post_init__(self):
         check(self.algorithm in ALGORITHMS, "algorithm",
                f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
         check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
-        check(self.engine in ("native", "trl"), "engine",
-              f"must be 'native' or 'trl', got {self.engine!r}")
+        check(self.engine in ("native", "trl", "verl"), "engine",
+              f"must be 'native', 'trl' or 'verl', got {self.engine!r}")
+        check(self.engine == "verl" or self.verl == VerlConfig(), "verl",
+              "holds engine: verl's settings; set engine: verl or leave it out")
         for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
                      "max_consecutive_nonfinite"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
@@ -331,9 +340,10 @@ class RLConfig:
                or self.old_logprobs == "recompute", "routing_replay",
                "needs old_logprobs: recompute (the old policy's routing is recorded in that pass), "
                "or routing_replay_source: engine to replay the rollout engine's routing")
-        check(self.routing_replay_source == "trainer" or self.rollout.engine == "torch",
-               "routing_replay_source", "'engine' needs rollout.engine: torch (the vLLM CPU build "
-               f"does not return routed experts), got {self.rollout.engine!r}")
+        check(self.routing_replay_source == "trainer" or self.rollout.engine == "torch"
+              or self.engine == "verl", "routing_replay_source", "'engine' needs rollout.engine: "
+              "torch (the vLLM CPU build does not return routed experts; engine: verl's vLLM "
+              f"servers do), got {self.rollout.engine!r}")
         check(self.router_aux_loss_coef >= 0, "router_aux_loss_coef",
                f"must be >= 0, got {self.router_aux_loss_coef}")
 

@@ -108,6 +108,7 @@ FIELDS: dict[str, str] = {
     "seed": "`seed`",
     "device": "`use_cpu` for cpu, else accelerate's device",
     "threads": "torch.set_num_threads",
+    "verl": "engine: verl's settings (RLConfig refuses them with any other engine)",
 }
 
 # TRL's logged name -> this project's (the report's curves, fit and claims read these)

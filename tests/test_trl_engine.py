@@ -61,7 +61,8 @@ MAPPED = {
 HARNESS = {"engine", "model", "out_dir", "train_data", "prompt", "reward_workers", "keep_last",
            "keep_steps", "resume", "max_consecutive_nonfinite", "threads", "moe_metrics",
            "peak_flops",
-           "sapo_tau_pos", "sapo_tau_neg"}
+           "sapo_tau_pos", "sapo_tau_neg",
+           "verl"}     # engine: verl's settings, which RLConfig refuses with any other engine
 
 
 def test_every_rlconfig_field_is_mapped_refused_or_honoured_by_the_harness():
