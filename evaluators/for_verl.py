@@ -19,29 +19,30 @@ import pathlib
 from gspo.io import DataError
 
 
-def row(record: dict, index: int) -> dict:
-    """One record as a row of verl's RL dataset."""
+def row(record: dict, index: int, system: str = "") -> dict:
+    """One record as a row of verl's RL dataset (`system`: a system turn before the prompt)."""
     for field in ("id", "task", "prompt"):
         if field not in record:
             raise DataError(f"record {index}: no {field!r} (a benchmark record has id, task, "
                             "prompt and what its benchmark scores with)")
     return {"data_source": record["task"],
-            "prompt": [{"role": "user", "content": record["prompt"]}],
+            "prompt": ([{"role": "system", "content": system}] if system else [])
+            + [{"role": "user", "content": record["prompt"]}],
             "ability": record["task"],
             "reward_model": {"style": "rule", "ground_truth": json.dumps(record)},
             "extra_info": {"id": str(record["id"]), "index": index}}
 
 
-def write_parquet(records: list[dict], path) -> pathlib.Path:
-    """`records` as verl's RL parquet at `path`, written whole or not at all (a temp file beside
-    it, then a rename)."""
+def write_parquet(records: list[dict], path, system: str = "") -> pathlib.Path:
+    """`records` as verl's RL parquet at `path`, in order, written whole or not at all (a temp
+    file beside it, then a rename)."""
     import os
     import tempfile
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist([row(r, i) for i, r in enumerate(records)])
+    table = pa.Table.from_pylist([row(r, i, system) for i, r in enumerate(records)])
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

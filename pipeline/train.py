@@ -10,7 +10,8 @@ rank 0 writes metrics, checkpoints and MLflow records.
 
 The reward is the benchmarks' own scoring (evaluators.tasks.rewards, code in parallel sandboxes),
 wired in here: the trainer never imports the benchmarks. A run resumes from the latest complete
-checkpoint in its out_dir; with --restart-if-changed a run whose config or starting model changed
+checkpoint in its out_dir; with engine: verl this command collects the run verl's trainer
+finished (pipeline.verl prepares it, workflow/scripts/verl_launch.py runs it); with --restart-if-changed a run whose config or starting model changed
 starts over (its MLflow run superseded) instead of stopping with an error.
 """
 
@@ -36,6 +37,8 @@ def main(argv=None):
     world = dist.init(cfg.device)
     if cfg.engine == "trl":    # TRL's GRPOTrainer (gspo.trl_engine), DDP on several ranks
         from gspo.trl_engine import run_rl
+    elif cfg.engine == "verl":   # collect the run verl's trainer finished (gspo.verl_engine)
+        from gspo.verl_engine import run_rl
     try:
         model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
                        restart_if_changed=args.restart_if_changed, world=world)

@@ -9,7 +9,7 @@ with that folder on PYTHONPATH and compares the numbers it writes back.
 
 usage: python tests/verl_reference.py CASES.pt RESULTS.pt
 CASES.pt: {name: case}; a case's "kind" names the function below that answers it (loss, weights,
-dataset, reward), the rest are its arguments. RESULTS.pt: {name: what that function returns}
+dataset, reward, config, log), the rest are its arguments. RESULTS.pt: {name: what that function returns}
 plus "version".
 """
 
@@ -85,7 +85,49 @@ def reward(case: dict) -> dict:
     return {"rewards": out.sum(dim=1)}
 
 
-KINDS = {"loss": loss, "weights": weights, "dataset": dataset, "reward": reward}
+def config(case: dict) -> dict:
+    """verl's trainer config `case["name"]` composed with `case["overrides"]` as its command
+    line would (Hydra's compose API over verl's own config folder), then checked by the
+    validation its main_ppo runs first: {"error": message} when it refuses, else the values at
+    `case["read"]` (dotted keys)."""
+    import pathlib
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    folder = str(pathlib.Path(verl.__file__).parent / "trainer" / "config")
+    try:
+        with initialize_config_dir(config_dir=folder, version_base=None):
+            cfg = compose(config_name=case["name"], overrides=case["overrides"])
+        auto_set_device(cfg)
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg),
+                        use_critic=need_critic(cfg))
+    except Exception as e:  # noqa: BLE001 - the refusal is the answer
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"values": {k: OmegaConf.select(cfg, k) for k in case.get("read", ())}}
+
+
+def log(case: dict) -> dict:
+    """verl's own tracking with its file backend (what `trainer.logger: [console, file]` makes)
+    writing case["rows"] ([(step, metrics)]) to case["path"], as the launcher points it there."""
+    import os
+
+    from verl.utils.tracking import Tracking
+
+    os.environ["VERL_FILE_LOGGER_PATH"] = case["path"]
+    tracker = Tracking(project_name="gspo-bench", experiment_name="run", default_backend=["file"])
+    for step, data in case["rows"]:
+        tracker.log(data=data, step=step)
+    tracker.finish()
+    return {}
+
+
+KINDS = {"loss": loss, "weights": weights, "dataset": dataset, "reward": reward, "config": config,
+         "log": log}
 
 
 def main(cases_path: str, out_path: str) -> None:
