@@ -34,6 +34,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/sft.smk"
 include: "workflow/rules/rl.smk"
+include: "workflow/rules/verl.smk"
 include: "workflow/rules/eval.smk"
 include: "workflow/rules/report.smk"
 

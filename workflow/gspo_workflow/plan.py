@@ -299,7 +299,15 @@ class Plan:
                  out_dir=self.rl_dir(variant, seed), train_data=self._mix("rl"),
                  ckpt_every=self.ckpt_every, keep_steps=self.nonzero_steps(), prompt=self.prompt)
         key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
-        return self._typed(RLConfig, d, key)
+        cfg = self._typed(RLConfig, d, key)
+        if cfg.engine == "verl":     # refused fields stop the plan, not a GPU job hours later
+            from gspo import verl_engine
+
+            try:
+                verl_engine.check(cfg)
+            except ConfigError as e:
+                raise ConfigError(f"config: {key}.{e}") from None
+        return cfg
 
     def _eval_config(self, bench: str, *, intermediate: bool = False) -> dict:
         ev = self.config["eval"]
@@ -395,6 +403,12 @@ class Plan:
 
     def rl_data(self, wildcards) -> list[str]:
         return [self.data_file(t, "rl") for t in self.rl_tasks]
+
+    def engine_regex(self, verl: bool) -> str:
+        """The variants verl trains (verl=True: workflow/rules/verl.smk) or the others (rule rl):
+        each rule's wildcard constraint, so that exactly one makes a run's summary.json."""
+        names = [v for v in self.variants if (self.rl_cfgs[v, self.seeds[0]].engine == "verl") == verl]
+        return regex_of(names) if names else "(?!)"
 
     def rl_dirs(self) -> list[str]:
         return [self.rl_dir(v, s) for v in self.variants for s in self.seeds]

@@ -22,6 +22,8 @@ rule rl:
         baseline=PLAN.baseline_param,
         tracking=PLAN.tracking_flags(),
         launch=PLAN.launcher,
+    wildcard_constraints:
+        variant=PLAN.engine_regex(False),     # engine: verl's runs: workflow/rules/verl.smk
     log:
         "results/{experiment}/logs/rl/{variant}-seed{seed}.log",
     benchmark:
