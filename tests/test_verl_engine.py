@@ -1,0 +1,475 @@
+"""engine: verl (gspo.verl_engine, issue 24), as far as a CPU can take it: every RLConfig field
+mapped or refused; the mapped config composed and validated by verl 0.9.1's own code (Hydra's
+compose API over its config folder, then the checks its main_ppo runs) for every algorithm and
+replay mode; the job pipeline.verl writes; a run in verl's saved layout (its checkpoints' Hugging
+Face folders, its own file logger's metrics) collected by pipeline.train, tracked in MLflow and
+evaluated; the launcher's Ray cluster plan; and config/moe-30b.yaml planned on the SLURM profile
+with verl's environment. verl's trainer itself needs GPUs: it has not run here."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from gspo import verl_engine
+from gspo.config import (ConfigError, DataSource, PromptConfig, RLConfig, RolloutConfig,
+                         VerlConfig)
+from test_conformance_verl import ROOT, run_verl
+
+ALGORITHMS = ("grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "cispo", "gmpo", "sapo")
+READ = {"loss_mode": "actor_rollout_ref.actor.policy_loss.loss_mode",
+        "low": "actor_rollout_ref.actor.clip_ratio_low",
+        "high": "actor_rollout_ref.actor.clip_ratio_high",
+        "dual": "actor_rollout_ref.actor.clip_ratio_c",
+        "agg": "actor_rollout_ref.actor.loss_agg_mode",
+        "std": "algorithm.norm_adv_by_std_in_grpo",
+        "mini": "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "n": "actor_rollout_ref.rollout.n",
+        "replay": "actor_rollout_ref.actor.megatron.router_replay.mode",
+        "rollout_replay": "actor_rollout_ref.rollout.enable_rollout_routing_replay",
+        "tp": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+        "ep": "actor_rollout_ref.actor.megatron.expert_model_parallel_size",
+        "scale": "actor_rollout_ref.actor.loss_scale_factor"}
+
+
+def gpu_cfg(**kw) -> RLConfig:
+    """An RL config verl can run (GPUs, bf16, chat prompts, vLLM rollouts)."""
+    base = dict(train_data=[DataSource("x.jsonl")], engine="verl", precision="bf16",
+                device="cuda", prompt=PromptConfig(format="chat"),
+                rollout=RolloutConfig(engine="vllm", device="cuda"), prompts_per_step=16,
+                group_size=8, minibatches=4, max_new_tokens=256)
+    if kw.get("algorithm") == "dapo":    # DAPO's overlong buffer and dynamic sampling: refused
+        base.update(overlong_buffer=0, dynamic_sampling=False, mask_truncated=False)
+    return RLConfig(**{**base, **kw})
+
+
+def megatron(**kw) -> RLConfig:
+    return gpu_cfg(verl=VerlConfig(strategy="megatron", tensor_parallel=4, expert_parallel=8),
+                   **kw)
+
+
+def replay(source: str | None) -> dict:
+    return {} if source is None else dict(routing_replay=True, routing_replay_source=source)
+
+
+def case(cfg: RLConfig, nodes: int = 2, gpus: int = 8) -> dict:
+    return {"kind": "config", "name": verl_engine.config_name(cfg), "read": list(READ.values()),
+            "overrides": verl_engine.overrides(cfg, "/job") + [f"trainer.nnodes={nodes}",
+                                                             f"trainer.n_gpus_per_node={gpus}"]}
+
+
+def moe_30b_configs() -> dict[str, RLConfig]:
+    """config/moe-30b.yaml's RL configs, as the workflow resolves them (rl, then the variant)."""
+    from gspo.config import from_dict
+    from gspo_workflow.plan import deep_merge
+
+    cfg = yaml.safe_load((ROOT / "config" / "moe-30b.yaml").read_text())
+    runs = {a: {"algorithm": a} for a in cfg["algorithms"]}
+    runs.update({k: {"algorithm": v["algorithm"], **v["rl"]} for k, v in cfg["variants"].items()})
+    return {name: from_dict(RLConfig, deep_merge(
+        {**cfg["rl"], "train_data": [{"path": "x.jsonl"}], "prompt": cfg["prompt"]}, over))
+        for name, over in runs.items()}
+
+
+@pytest.fixture(scope="module")
+def verl_says(tmp_path_factory):
+    """verl's own composition and validation of every case, in one verl process."""
+    sys.path.insert(0, str(ROOT / "workflow"))
+    cases = {f"fsdp-{a}": case(gpu_cfg(algorithm=a), nodes=1) for a in ALGORITHMS}
+    cases.update({f"megatron-{a}-{src}": case(megatron(algorithm=a, **replay(src)))
+                  for a in ALGORITHMS for src in (None, "trainer", "engine")})
+    cases.update({f"moe-30b-{name}": case(c) for name, c in moe_30b_configs().items()})
+    # 3 prompts x 8 samples do not split over 16 GPUs: verl's own check says so
+    cases["bad-batch"] = case(gpu_cfg(prompts_per_step=3, minibatches=1))
+    # R2 records routes in the old-log-prob pass, which bypass mode skips
+    r2_bypass = megatron(algorithm="grpo", **replay("trainer"))
+    cases["bad-r2-bypass"] = {**case(r2_bypass), "overrides": case(r2_bypass)["overrides"]
+                              + ["algorithm.rollout_correction.bypass_mode=true"]}
+    return run_verl(cases, tmp_path_factory.mktemp("verl_config"))
+
+
+# -- the mapping --------------------------------------------------------------------------------
+
+def test_every_rlconfig_field_is_mapped_or_refused():
+    assert set(verl_engine.FIELDS) == {f for f in RLConfig.__dataclass_fields__}
+
+
+def test_the_docs_table_is_the_codes_mapping():
+    text = (ROOT / "docs" / "ENGINES.md").read_text().split("### What verl receives")[1]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.+?) \|$", text.split("\n## ")[0], re.M))
+    assert rows == verl_engine.FIELDS
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(precision="fp32"), "precision"), (dict(device="cpu"), "device"),
+    (dict(prompt=PromptConfig(format="raw")), "prompt"),
+    (dict(rollout=RolloutConfig(engine="torch", device="cuda")), "rollout"),
+    (dict(routing_replay=True), "routing_replay"),          # fsdp: no replay in verl
+    (dict(router_aux_loss_coef=0.01), "router_aux_loss_coef"),
+    (dict(logprob_chunk=1024), "logprob_chunk"), (dict(log_ratio_clamp=10.0), "log_ratio_clamp"),
+    (dict(peak_flops=989e12), "peak_flops"),
+    (dict(rollout_correction="token_truncate", rollout_correction_min=0.5),
+     "rollout_correction_min"),
+    (dict(algorithm="dapo", overlong_buffer=None), "overlong_buffer"),
+])
+def test_what_verl_cannot_honour_is_a_one_line_error_naming_the_field(change, field):
+    with pytest.raises(ConfigError) as e:
+        verl_engine.check(gpu_cfg(**change))
+    msg = str(e.value)
+    assert msg.startswith(f"{field}: not supported with engine: verl") and "\n" not in msg
+
+
+def test_verl_settings_belong_to_engine_verl_only():
+    with pytest.raises(ConfigError, match="^verl: holds engine: verl's settings"):
+        RLConfig(train_data=[DataSource("x.jsonl")], verl=VerlConfig(strategy="megatron"))
+    with pytest.raises(ConfigError, match="^strategy: tensor/expert/pipeline parallelism"):
+        VerlConfig(tensor_parallel=2)
+
+
+# -- verl's own code on the mapped config ---------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_verl_composes_and_validates_every_algorithm_with_our_values(verl_says, algorithm):
+    cfg = gpu_cfg(algorithm=algorithm)
+    got = verl_says[f"fsdp-{algorithm}"]
+    assert "error" not in got, got
+    v = {k: got["values"][path] for k, path in READ.items()}
+    assert v["loss_mode"] == verl_engine.LOSS_MODE[algorithm]
+    assert (v["low"], v["high"]) == pytest.approx((cfg.eps_low, cfg.eps_high))
+    assert v["dual"] == verl_engine.DUAL_CLIP_OFF and v["agg"] == cfg.agg
+    assert v["std"] is (cfg.adv_scale == "std")
+    assert (v["mini"], v["n"]) == (16 // 4, 8)
+    assert v["scale"] == (256 if cfg.agg == "seq-mean-token-sum-norm" else None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, mode", [(None, "disabled"), ("trainer", "R2"), ("engine", "R3")])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_verl_validates_every_algorithm_and_replay_mode_on_megatron(verl_says, algorithm, source,
+                                                                    mode):
+    got = verl_says[f"megatron-{algorithm}-{source}"]
+    assert "error" not in got, got
+    v = {k: got["values"][path] for k, path in READ.items()}
+    assert (v["replay"], v["rollout_replay"]) == (mode, mode == "R3")
+    assert (v["tp"], v["ep"]) == (4, 8)
+
+
+@pytest.mark.slow
+def test_verl_validates_the_moe_30b_runs_and_rejects_what_it_should(verl_says):
+    modes = {n[len("moe-30b-"):]: r["values"][READ["replay"]]
+             for n, r in verl_says.items() if n.startswith("moe-30b-") and "error" not in r}
+    assert modes == {"grpo": "disabled", "gspo": "disabled", "grpo-r2": "R2", "gspo-r2": "R2",
+                     "grpo-r3": "R3", "gspo-r3": "R3"}
+    assert "must be divisible by minimal possible batch size" in verl_says["bad-batch"]["error"]
+    assert "bypass_mode=False" in verl_says["bad-r2-bypass"]["error"]
+    assert verl_says["version"] == "0.9.1"
+
+
+# -- a run in verl's layout, collected, tracked and evaluated ------------------------------------
+
+def _save_hf(model, tok, folder: pathlib.Path) -> None:
+    folder.mkdir(parents=True)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def verl_run(tmp_path_factory):
+    """A 2-step GSPO run as verl leaves it: pipeline.verl's job, checkpoints at steps 1 and 2 in
+    verl's FSDP layout (the tiny-bpe model, perturbed per step), its file logger's metrics from
+    two attempts (the second re-logging step 2 after a resume) and the launcher's done.json."""
+    from evaluators import aime
+    from gspo.io import write_jsonl
+    from gspo.models import build_tiny, load_model
+
+    tmp = tmp_path_factory.mktemp("verl_run")
+    recs = aime.generate(6, split="train", seed=0, difficulty=aime.Difficulty(1, 3))
+    write_jsonl(recs, tmp / "rl.jsonl")
+    model_dir = build_tiny("tiny-bpe", tmp / "sft", seed=0,
+                           corpus=[r["prompt"] + r["solution"] for r in recs])
+    cfg = tmp / "rl.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "engine": "verl", "algorithm": "gspo", "model": str(model_dir),
+        "out_dir": str(tmp / "rl"), "train_data": [{"path": str(tmp / "rl.jsonl")}],
+        "steps": 2, "prompts_per_step": 2, "group_size": 2, "minibatches": 1,
+        "max_new_tokens": 16, "ckpt_every": 1, "precision": "bf16", "device": "cuda",
+        "prompt": {"format": "chat"}, "rollout": {"engine": "vllm", "device": "cuda"}}))
+    prep = _run("pipeline.verl", "--config", cfg)
+    assert prep.returncode == 0, prep.stderr
+    job = tmp / "rl" / "verl"
+    model, tok = load_model(model_dir)
+    for step in (1, 2):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        _save_hf(model, tok, job / "checkpoints" / f"global_step_{step}" / "actor" / "huggingface")
+    (job / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2")
+
+    def data(step, reward):
+        return {"critic/score/mean": reward, "actor/pg_clipfrac": 0.25 * step,
+                "actor/pg_loss": 0.1, "actor/grad_norm": 1.5, "actor/entropy": 2.0,
+                "actor/lr": 1e-6, "response_length/mean": 10.0, "prompt_length/mean": 30.0,
+                "timing_s/step": 4.0, "timing_s/gen": 1.0, "timing_s/update_actor": 2.0,
+                "perf/mfu/actor": 0.3}
+    run_verl({"a1": {"kind": "log", "path": str(job / "metrics.1.jsonl"),
+                     "rows": [(1, data(1, 0.1)), (2, data(2, 0.2))]},
+              "a2": {"kind": "log", "path": str(job / "metrics.2.jsonl"),
+                     "rows": [(2, data(2, 0.5))]}}, tmp)
+    (job / "done.json").write_text(json.dumps({"verl_version": "0.9.1", "attempts": 2,
+                                               "world_size": 16}))
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    done = _run("pipeline.train", "--config", cfg, "--tracking-uri", uri, "--experiment", "verl")
+    return {"tmp": tmp, "cfg": cfg, "recs": recs, "out": tmp / "rl", "uri": uri,
+            "collect": done, "model": model}
+
+
+def _run(module, *args, env=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_the_job_holds_every_steps_prompts_in_order_and_the_mapped_overrides(verl_run):
+    import pyarrow.parquet as pq
+
+    from gspo.data import Mix
+
+    job = verl_run["out"] / "verl"
+    spec = json.loads((job / "job.json").read_text())
+    assert spec["config_name"] == "ppo_trainer" and spec["steps"] == 2
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode=gspo" in spec["overrides"]
+    assert "data.shuffle=false" in spec["overrides"]
+    mix = Mix([DataSource(str(verl_run["tmp"] / "rl.jsonl"))])
+    want = [r["id"] for s in range(2) for r in mix.sample(2, seed=0, step=s)]
+    rows = pq.read_table(job / "train.parquet").to_pylist()
+    assert [r["extra_info"]["id"] for r in rows] == [str(i) for i in want]
+
+
+@pytest.mark.slow
+def test_collect_exports_verls_checkpoints_and_metrics_under_our_names(verl_run):
+    from gspo.models import load_model
+
+    assert verl_run["collect"].returncode == 0, verl_run["collect"].stderr
+    out = verl_run["out"]
+    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert ckpts == ["step_000001", "step_000002"]
+    metas = [json.loads((out / "checkpoints" / c / "checkpoint.json").read_text()) for c in ckpts]
+    assert [m["engine"] for m in metas] == ["verl", "verl"]
+    assert 0 < metas[0]["compute_flops"] < metas[1]["compute_flops"]
+    assert metas[1]["compute_flops"] == pytest.approx(2 * metas[0]["compute_flops"])
+    published, _ = load_model(out / "model")
+    for a, b in zip(published.parameters(), verl_run["model"].parameters()):
+        assert torch.equal(a, b)          # the final model is step 2's
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["reward_mean"] for r in rows] == [0.1, 0.5]    # step 2 from the resumed attempt
+    assert [r["clip_frac_seqs"] for r in rows] == [0.25, 0.5]
+    assert rows[1]["verl/perf/mfu/actor"] == 0.3 and rows[1]["time_rollout_s"] == 1.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"] == "verl" and summary["compute_flops"] == metas[1]["compute_flops"]
+
+
+@pytest.mark.slow
+def test_the_collected_run_is_tracked_in_mlflow_once_per_point(verl_run):
+    from mlflow.tracking import MlflowClient
+
+    cl = MlflowClient(verl_run["uri"])
+    run_id = json.loads((verl_run["out"] / "mlflow_run.json").read_text())["run_id"]
+    run = cl.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["stage"] == "rl"
+    history = cl.get_metric_history(run_id, "reward_mean")
+    assert sorted((m.step, m.value) for m in history) == [(1, 0.1), (2, 0.5)]
+    assert len(cl.get_metric_history(run_id, "verl/actor/pg_clipfrac")) == 2
+
+
+@pytest.mark.slow
+def test_a_checkpoint_from_verls_layout_is_evaluated(verl_run):
+    from gspo.io import write_jsonl
+
+    data = verl_run["tmp"] / "eval_data"
+    data.mkdir(exist_ok=True)
+    write_jsonl(verl_run["recs"][:3], data / "aime_test.jsonl")
+    out = verl_run["tmp"] / "eval"
+    r = _run("pipeline.evaluate", "--model", verl_run["out"] / "checkpoints" / "step_000002",
+             "--benchmarks", "aime", "--samples", 2, "--data-dir", data, "--out", out,
+             "--max-new-tokens", 8, "--set", "prompt.format=chat")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((out / "aime" / "summary.json").read_text())
+    assert summary["benchmarks"]["aime"]["n_problems"] == 3
+
+
+@pytest.mark.slow
+def test_collect_without_a_finished_verl_run_is_a_one_line_error(verl_run, tmp_path):
+    cfg = yaml.safe_load(verl_run["cfg"].read_text())
+    cfg["out_dir"] = str(tmp_path / "rl")
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _run("pipeline.train", "--config", path)
+    assert r.returncode != 0
+    (line,) = r.stderr.strip().splitlines()
+    assert "no finished verl run" in line and "verl_train" in line
+
+
+# -- the launcher and the workflow ----------------------------------------------------------------
+
+def test_the_launcher_starts_a_ray_head_and_workers_then_verls_trainer(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "job.json").write_text(json.dumps({"config_name": "ppo_megatron_trainer",
+                                              "overrides": ["data.shuffle=false"]}))
+    r = subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / "verl_launch.py"),
+                        str(job), "--gpus-per-node", "8", "--hosts", "gpu01,gpu02,gpu03",
+                        "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    head, w1, w2, trainer = [line.split() for line in r.stdout.splitlines()]
+    assert head[:7] == ["srun", "--nodes=1", "--ntasks=1", "--gres=gpu:8", "-w", "gpu01", "ray"]
+    assert "--head" in head and "--num-gpus=8" in head and "--block" in head
+    assert "gpu02" in w1 and "--address=gpu01:6379" in w1 and "gpu03" in w2
+    assert trainer[1:5] == ["-m", "verl.trainer.main_ppo", "--config-name",
+                            "ppo_megatron_trainer"]
+    assert trainer[5:] == ["data.shuffle=false", "trainer.nnodes=3", "trainer.n_gpus_per_node=8"]
+
+
+def test_the_launcher_refuses_a_missing_job_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / "verl_launch.py"),
+                        str(tmp_path), "--gpus-per-node", "1", "--dry-run"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "no such job" in r.stderr.strip()
+
+
+@pytest.mark.slow
+def test_moe_30b_plans_verl_jobs_on_two_nodes_of_eight_gpus():
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--workflow-profile",
+                        "profiles/slurm", "--configfile", "config/moe-30b.yaml"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", r.stdout, re.M))
+    runs = 6 * 3                                                  # variants x seeds
+    assert {k: int(counts.get(k, 0)) for k in ("verl_prepare", "verl_train", "rl_verl", "rl")} \
+        == {"verl_prepare": runs, "verl_train": runs, "rl_verl": runs, "rl": 0}
+    trains = [b for b in r.stdout.split("\nrule ") if b.startswith("verl_train:")]
+    assert len(trains) == runs
+    for block in trains:
+        assert "nodes=2" in block and "tasks=2" in block and "gres=gpu:h100:8" in block
+        assert "verl_launch.py" in block and "--gpus-per-node 8" in block
+
+
+ENVS = """
+import json, pathlib, sys
+sys.argv = ["snakemake", "-n"]      # the plan's dry-run mode: data files need not exist
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (ConfigSettings, DeploymentMethod, DeploymentSettings,
+                                      OutputSettings, ResourceSettings, StorageSettings)
+root = pathlib.Path(".").resolve()
+with SnakemakeApi(OutputSettings(quiet=True)) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(cores=1),
+                      config_settings=ConfigSettings(configfiles=[root / CONFIG]),
+                      storage_settings=StorageSettings(), workdir=root,
+                      snakefile=root / "Snakefile",
+                      deployment_settings=DeploymentSettings(
+                          deployment_method={DeploymentMethod.CONDA}))
+    print(json.dumps({r.name: [str(r.conda_env) if r.conda_env else None,
+                               str(r.container_img) if r.container_img else None]
+                      for r in wf._workflow.rules}))
+"""
+
+
+@pytest.mark.slow
+def test_verls_rule_declares_verls_environment_and_the_others_the_projects():
+    code = ENVS.replace("CONFIG", repr("config/moe-30b.yaml"))
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    envs = json.loads(r.stdout.strip().splitlines()[-1])
+    assert envs.pop("verl_train") == ["../envs/verl.yaml", "docker://verlai/verl:vllm024.dev2"]
+    envs.pop("all")
+    assert {tuple(v) for v in envs.values()} == {("../../environment.yml", None)}
+    env = yaml.safe_load((ROOT / "workflow" / "envs" / "verl.yaml").read_text())
+    assert "verl[vllm,mcore]==0.9.1" in env["dependencies"][-1]["pip"]
+
+
+@pytest.mark.slow
+def test_a_verl_run_verl_cannot_honour_stops_the_plan_in_one_line(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config" / "moe-30b.yaml").read_text())
+    cfg["rl"]["precision"] = "fp32"
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert "config: rl.precision: not supported with engine: verl" in r.stdout + r.stderr
+
+
+# every field: a changed value changes verl's overrides, or is refused, or the harness honours it
+# (FIELDS says how); (setting, changed setting) pairs where a field acts only beside another
+MAPPED = {
+    "algorithm": [({}, dict(algorithm="grpo"))], "model": [({}, dict(model="/other"))],
+    "steps": [({}, dict(steps=7))], "prompts_per_step": [({}, dict(prompts_per_step=32))],
+    "group_size": [({}, dict(group_size=4))], "minibatches": [({}, dict(minibatches=2))],
+    "epochs": [({}, dict(epochs=2))], "micro_batch_size": [({}, dict(micro_batch_size=4))],
+    "max_tokens_per_micro_batch": [({}, dict(max_tokens_per_micro_batch=4096))],
+    "activation_checkpointing": [({}, dict(activation_checkpointing=True))],
+    "prompt": [({}, dict(prompt=PromptConfig(format="chat", enable_thinking=False)))],
+    "lr": [({}, dict(lr=1e-4))], "warmup_steps": [({}, dict(warmup_steps=2))],
+    "weight_decay": [({}, dict(weight_decay=0.1))], "grad_clip": [({}, dict(grad_clip=0.5))],
+    "eps_low": [({}, dict(eps_low=1e-4))], "eps_high": [({}, dict(eps_high=1e-3))],
+    "agg": [({}, dict(agg="token-mean"))], "adv_scale": [({}, dict(adv_scale="none"))],
+    "sapo_tau_pos": [(dict(algorithm="sapo"), dict(algorithm="sapo", sapo_tau_pos=1.5))],
+    "sapo_tau_neg": [(dict(algorithm="sapo"), dict(algorithm="sapo", sapo_tau_neg=1.5))],
+    "rollout_correction": [({}, dict(rollout_correction="token_mask"))],
+    "rollout_correction_min": [(dict(rollout_correction="token_mask"),
+                                dict(rollout_correction="token_mask", rollout_correction_min=0.5))],
+    "rollout_correction_max": [(dict(rollout_correction="token_truncate"),
+                                dict(rollout_correction="token_truncate",
+                                     rollout_correction_max=2.0))],
+    "kl_coef": [({}, dict(kl_coef=0.1))], "temperature": [({}, dict(temperature=0.7))],
+    "top_p": [({}, dict(top_p=0.9))], "max_new_tokens": [({}, dict(max_new_tokens=32))],
+    "rollout": [({}, dict(rollout=RolloutConfig(engine="vllm", device="cuda", dtype="float16")))],
+    "old_logprobs": [({}, dict(old_logprobs="rollout"))],
+    "routing_replay": [(dict(verl=VerlConfig(strategy="megatron")),
+                        dict(verl=VerlConfig(strategy="megatron"), routing_replay=True))],
+    "routing_replay_source": [(dict(verl=VerlConfig(strategy="megatron"), routing_replay=True),
+                               dict(verl=VerlConfig(strategy="megatron"), routing_replay=True,
+                                    routing_replay_source="engine"))],
+    "router_aux_loss_coef": [(dict(verl=VerlConfig(strategy="megatron")),
+                              dict(verl=VerlConfig(strategy="megatron"),
+                                   router_aux_loss_coef=0.01))],
+    "reward_workers": [({}, dict(reward_workers=4))], "ckpt_every": [({}, dict(ckpt_every=5))],
+    "resume": [({}, dict(resume=False))], "seed": [({}, dict(seed=3))],
+    "verl": [({}, dict(verl=VerlConfig(strategy="megatron"))),
+             ({}, dict(verl=VerlConfig(overrides=["trainer.val_before_train=true"])))],
+}
+REFUSED = {"logprob_chunk": 1024, "precision": "fp32", "overlong_buffer": 8,
+           "dynamic_sampling": True, "dynamic_sampling_max_rounds": 5, "mask_truncated": True,
+           "log_ratio_clamp": 10.0, "peak_flops": 1e15, "device": "cpu"}
+HARNESS = {"engine", "out_dir", "train_data", "keep_last", "keep_steps", "threads",
+           "max_consecutive_nonfinite", "moe_metrics"}
+
+
+def test_every_field_changes_verls_config_is_refused_or_is_the_harnesss():
+    assert set(MAPPED) | set(REFUSED) | HARNESS == set(RLConfig.__dataclass_fields__)
+    for field, pairs in MAPPED.items():
+        for before, after in pairs:
+            a = verl_engine.overrides(gpu_cfg(**before), "/job")
+            b = verl_engine.overrides(gpu_cfg(**after), "/job")
+            assert a != b, field
+    for field, value in REFUSED.items():
+        with pytest.raises(ConfigError, match=f"^{field}: not supported with engine: verl"):
+            verl_engine.check(gpu_cfg(**{field: value}))
+
+
+def test_moe_metrics_is_refused_on_an_moe_model_only(tiny_model_dir, tiny_moe_model_dir):
+    verl_engine.check(gpu_cfg(model=str(tiny_model_dir)))
+    with pytest.raises(ConfigError, match="^moe_metrics: not supported with engine: verl"):
+        verl_engine.check(gpu_cfg(model=str(tiny_moe_model_dir)))
+    verl_engine.check(gpu_cfg(model=str(tiny_moe_model_dir), moe_metrics=False))
