@@ -188,6 +188,21 @@ def test_the_engine_routing_replay_variant_is_labelled_and_compared_with_plain_g
     assert "grpo-engine 0.50%" in moe["verdict"]
 
 
+def test_a_replay_ablation_that_logged_no_drift_still_gets_its_moe_section():
+    """verl's runs (config/moe-30b.yaml) log no moe/volatility: the paper's comparisons and
+    verdict come from the scores alone."""
+    runs = [_run(v, a, s, baseline=b, replay=rep, steps=20) for s in SEEDS
+            for v, a, b, rep in (("grpo", "grpo", "", False), ("grpo-r2", "grpo", "grpo", True),
+                                 ("gspo", "gspo", "", False), ("gspo-r2", "gspo", "gspo", True))]
+    for r in runs:
+        r["variant"] = r["variant"].replace("-r2", "-replay")
+    moe = _moe_ablation_of(runs)
+    assert {r["variant"]: r["volatility"] for r in moe["rows"]} == dict.fromkeys(
+        ("grpo", "grpo-replay", "gspo", "gspo-replay"))
+    assert "GRPO without vs with Routing Replay" in {p["comparison"] for p in moe["pairs"]}
+    assert moe["verdict"] and "volatility here" not in moe["verdict"]
+
+
 def test_a_dense_experiment_has_no_moe_section():
     from pipeline.report import stability
 

@@ -30,7 +30,8 @@ writes DIR (default results/<experiment>/report/):
   difference at the final budget with its interval over training runs and problems (paired by
   seed), its run-to-run share, step time and old-log-prob pass time with the saving, compute
   ratio, and the engine/trainer log-prob gap (header only when there are no variants);
-- moe.csv, moe.png: for MoE runs (those that logged moe/volatility), per variant the
+- moe.csv, moe.png: for MoE runs (those that logged moe/volatility, or a Routing Replay
+  ablation's), per variant the
   expert-activation volatility, router load balance, Routing Replay on/off and its source
   (trainer or rollout engine), the engine/trainer routing mismatch, collapses and final
   score; the paper's comparisons (GRPO with/without replay, GSPO vs GRPO) as differences with

@@ -174,7 +174,8 @@ def fig_moe(report, path: pathlib.Path):
     for ax in (a1, a2):
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:     # verl's runs log no routing drift
+            ax.legend(fontsize=8)
     _save(fig, path)
 
 

@@ -375,9 +375,13 @@ def moe_summary(data: dict, table: list[dict], stab: list[dict], *, iters: int,
                 confidence: float) -> dict | None:
     """The MoE ablation: per variant, expert-activation volatility, load balance, Routing Replay
     on/off, collapses and final scores; the paper's comparisons as paired differences; and a
-    plain verdict. None when no run logged moe/volatility."""
+    plain verdict. The MoE runs: those that logged moe/volatility, or every run of an experiment
+    with a Routing Replay run (engine: verl logs no drift: config/moe-30b.yaml). None when
+    there are none."""
+    ablation = any(str(r["params"].get("routing_replay", "")).lower() == "true"
+                   for r in data["rl"])
     moe_vars = {v: rs for v, rs in by_variant(data["rl"]).items()
-                if any(r["train"].get("moe/volatility") for r in rs)}
+                if ablation or any(r["train"].get("moe/volatility") for r in rs)}
     if not moe_vars:
         return None
     rows_of = {(r["variant"], r["benchmark"]): r for r in table}
