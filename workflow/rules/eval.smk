@@ -19,7 +19,7 @@
 rule eval_sft:
     input:
         configs=PLAN.eval_configs(),
-        model="results/{experiment}/sft/model",
+        model=rules.sft.output.model,
         data=PLAN.test_files(),
     output:
         summaries=PLAN.eval_outputs("sft", "summary.json"),
@@ -42,7 +42,7 @@ rule eval_sft:
 rule eval_checkpoint:
     input:
         configs=PLAN.checkpoint_eval_configs,
-        done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",
+        done=rules.rl.output.done,     # rule rl_verl makes it for verl's runs
         data=PLAN.test_files(),
     output:
         summaries=PLAN.eval_outputs("{variant}/seed{seed}/b{budget}", "summary.json"),
@@ -68,7 +68,7 @@ rule eval_checkpoint:
 rule track_sft_evals:
     input:
         summaries=PLAN.eval_outputs("sft", "summary.json"),
-        sft_summary="results/{experiment}/sft/summary.json",
+        sft_summary=rules.sft.output.summary,
     output:
         "results/{experiment}/eval/sft/mlflow.json",
     params:
@@ -85,7 +85,7 @@ rule track_sft_evals:
 
 rule track_run_evals:
     input:
-        done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",
+        done=rules.rl.output.done,     # rule rl_verl makes it for verl's runs
         initial=PLAN.initial_eval_inputs,
         summaries=PLAN.run_eval_summaries,
     output:

@@ -13,7 +13,7 @@
 rule rl:
     input:
         config="results/{experiment}/config/rl/{variant}-seed{seed}.yaml",
-        model="results/{experiment}/sft/model",
+        model=rules.sft.output.model,
         data=PLAN.rl_data,
     output:
         done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",

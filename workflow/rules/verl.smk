@@ -17,7 +17,7 @@
 rule verl_prepare:
     input:
         config="results/{experiment}/config/rl/{variant}-seed{seed}.yaml",
-        model="results/{experiment}/sft/model",
+        model=rules.sft.output.model,
         data=PLAN.rl_data,
     output:
         job="results/{experiment}/rl/{variant}/seed{seed}/verl/job.json",
@@ -59,7 +59,7 @@ rule verl_train:
 rule rl_verl:
     input:
         config="results/{experiment}/config/rl/{variant}-seed{seed}.yaml",
-        model="results/{experiment}/sft/model",
+        model=rules.sft.output.model,
         verl=rules.verl_train.output.done,
     output:
         done="results/{experiment}/rl/{variant}/seed{seed}/summary.json",
