@@ -19,7 +19,7 @@ import argparse
 
 from gspo.config import ConfigError
 from gspo.io import write_json
-from gspo.tracking import EvalPoint, record_evaluations
+from gspo.eval_tracking import EvalPoint, record_evaluations
 from pipeline._cli import add_tracking_flags, run, tracking_of
 
 
