@@ -26,3 +26,12 @@ def _copy(v):
 def check(cond: bool, name: str, msg: str):
     if not cond:
         raise ConfigError(f"{name}: {msg}")
+
+
+class Refusals(list):
+    """(field, why) pairs: the values an engine cannot honour as this project defines them
+    (gspo.trl_engine.refusals, gspo.verl_engine.refusals)."""
+
+    def need(self, ok: bool, field: str, why: str) -> None:
+        if not ok:
+            self.append((field, why))

@@ -38,6 +38,7 @@ from gspo import step_metrics
 from gspo.config import ConfigError, RLConfig, RolloutConfig, to_dict
 from gspo.data import Mix
 from gspo.errors import TrainingError
+from gspo.fields import Refusals
 from gspo.flops import FlopCounter
 from gspo.io import atomic_dir, write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
@@ -125,11 +126,8 @@ ENGINE = "engine: trl"
 def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     """(field, why) for each value of `cfg` TRL cannot honour as this project defines it."""
     d, base = to_dict(cfg), to_dict(RLConfig(train_data=cfg.train_data))
-    out = []
-
-    def need(ok: bool, field: str, why: str):
-        if not ok:
-            out.append((field, why))
+    out = Refusals()
+    need = out.need
 
     need(cfg.algorithm in ("grpo", "gspo", "dapo", "dr_grpo", "cispo", "sapo"), "algorithm",
          f"{cfg.algorithm!r}: TRL has no such objective (gspo_token: no GSPO-token level; "

@@ -29,6 +29,7 @@ import shutil
 
 from gspo import checkpoint as ckpt
 from gspo.config import ConfigError, RLConfig, to_dict
+from gspo.fields import Refusals
 from gspo.data import Mix
 from gspo.io import atomic_dir, write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
@@ -129,11 +130,8 @@ METRICS = {"critic/score/mean": "reward_mean", "actor/pg_clipfrac": "clip_frac_t
 def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     """(field, why) for each value of `cfg` verl cannot honour as this project defines it."""
     d, base = to_dict(cfg), to_dict(RLConfig(train_data=cfg.train_data))
-    out = []
-
-    def need(ok: bool, field: str, why: str):
-        if not ok:
-            out.append((field, why))
+    out = Refusals()
+    need = out.need
 
     for field in ("logprob_chunk", "overlong_buffer", "dynamic_sampling",
                   "dynamic_sampling_max_rounds", "mask_truncated", "peak_flops"):
