@@ -36,7 +36,7 @@ import pathlib
 import time
 from dataclasses import dataclass
 
-from evaluators import codeforces, partial, tasks
+from evaluators import partial, tasks
 from evaluators.metrics import aggregate, problem_metrics
 from gspo import distributed as dist
 from gspo import tokens
@@ -196,13 +196,6 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
     return [res for _, res in sorted(dist.gather_objects(out, world), key=lambda x: x[0])]
 
 
-def _cf_rating(results: list[dict]):
-    """Rating estimate from every sample of every rated problem as one attempt, or None."""
-    attempts = [(r["rating"], bool(s >= 0.5)) for r in results if r.get("rating") is not None
-                for s in r["scores"]]
-    return codeforces.estimate_rating(attempts) if attempts else None
-
-
 def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.95,
               seed: int = 0) -> dict:
     """Per-benchmark aggregate metrics (evaluators.metrics.aggregate) of evaluate_records' output."""
@@ -213,8 +206,8 @@ def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.9
     for task, rs in by_task.items():
         summary = aggregate([(r["n"], r["c"]) for r in rs], iters=iters, confidence=confidence,
                             seed=seed)
-        if task == "cf":
-            summary["rating"] = _cf_rating(rs)
+        if task in tasks.RATINGS:
+            summary["rating"] = tasks.rating(task, rs)
         out[task] = summary
     return out
 

@@ -10,7 +10,8 @@ Every benchmark module offers the same interface: `generate(n, *, split, seed, .
 records with worked solutions, for SFT), `format_prompt(record) -> str`,
 `score(record, completion) -> dict` (at least {"passed": bool}),
 `score_many(records, completions, workers=...) -> list[dict]` and `RECORD_FIELDS` (the fields an
-evaluation record must carry).
+evaluation record must carry). A benchmark that rates a model (CodeForces-style: an Elo-like
+rating from the problems' ratings) registers its estimator in RATINGS.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ from evaluators import aime, codeforces, livecodebench
 MODULES = {"aime": aime, "lcb": livecodebench, "cf": codeforces}
 BENCHMARKS: tuple[str, ...] = tuple(MODULES)
 TITLES = {"aime": "AIME-style math", "lcb": "LiveCodeBench-style", "cf": "CodeForces-style"}
+# benchmark -> its rating of a model from rated attempts [(problem rating, solved)]
+RATINGS = {"cf": codeforces.estimate_rating}
+
+
+def rating(task: str, results: list[dict]):
+    """Benchmark `task`'s rating of evaluated `results` (per-problem rows with `rating` and
+    per-sample `scores`; every sample of every rated problem one attempt), None when no
+    problem is rated."""
+    attempts = [(r["rating"], bool(s >= 0.5)) for r in results if r.get("rating") is not None
+                for s in r["scores"]]
+    return RATINGS[task](attempts) if attempts else None
 
 
 def module(task: str):

@@ -79,6 +79,40 @@ def test_the_arrow_check_sees_hidden_imports():
         imported_modules("import importlib\nname = 'gspo'\nimportlib.import_module(name)\n")
 
 
+# evaluators/ in two wings (issue 26): running untrusted programs, and the benchmarks' content
+EXECUTION = ("sandbox", "supervise", "batch", "pool", "frames", "sandboxed")
+BENCHMARK_MODULES = ("aime", "livecodebench", "codeforces", "lcb_generator", "code_sources",
+                     "math_sources", "sources", "judge", "tasks")
+
+
+def _evaluators_imports(path: pathlib.Path) -> set[str]:
+    """The evaluators modules `path` imports (`from evaluators import x` counts as x)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "evaluators":
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("evaluators."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("evaluators.")}
+    return out
+
+
+def test_the_code_that_runs_untrusted_programs_imports_no_benchmark():
+    files = [p for p in (ROOT / "evaluators").rglob("*.py")
+             if p.relative_to(ROOT / "evaluators").parts[0].removesuffix(".py") in EXECUTION]
+    assert len(files) >= 6
+    bad = {str(p.relative_to(ROOT)): sorted(_evaluators_imports(p) & set(BENCHMARK_MODULES))
+           for p in files}
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def test_evaluation_reaches_the_benchmarks_only_through_the_registry():
+    used = _evaluators_imports(ROOT / "evaluators" / "evaluation.py") & set(BENCHMARK_MODULES)
+    assert used == {"tasks"}
+
+
 def sizes(path: pathlib.Path) -> list[str]:
     text = path.read_text()
     rel = path.relative_to(ROOT)
