@@ -115,6 +115,17 @@ def publish_model(src_dir, dest) -> None:
                 shutil.copy2(f, tmp / f.name)
 
 
+def export_model_files(src_dir, dest, meta: dict, state: dict, skip=lambda name: False) -> None:
+    """Another engine's saved model folder -> this project's checkpoint `dest`: its files (those
+    `skip` does not name), META, then STATE last, which marks the folder complete."""
+    with atomic_dir(dest) as tmp:
+        for f in pathlib.Path(src_dir).iterdir():
+            if f.is_file() and not skip(f.name):
+                shutil.copy2(f, tmp / f.name)
+        write_json(tmp / META, meta)
+        torch.save(state, tmp / STATE)
+
+
 def git_commit() -> str:
     here = pathlib.Path(__file__).resolve().parent
     try:

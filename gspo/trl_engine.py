@@ -40,7 +40,7 @@ from gspo.data import Mix
 from gspo.errors import TrainingError
 from gspo.fields import Refusals
 from gspo.flops import FlopCounter
-from gspo.io import atomic_dir, write_json
+from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
 from gspo.tracking import MetricsLog
 
@@ -265,17 +265,13 @@ def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass
 
 
 def _export(trl_dir: pathlib.Path, dest: pathlib.Path, state: dict) -> None:
-    """TRL checkpoint -> checkpoints/step_S: its model and tokenizer files, the step and compute
-    evaluation records (checkpoint.json), and the state file (written last) that marks the
-    folder complete and names TRL's checkpoint."""
+    """TRL checkpoint -> checkpoints/step_S: its model and tokenizer files (not the trainer's
+    state), the step and compute evaluation records, and the state naming TRL's checkpoint."""
     skip = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
-    with atomic_dir(dest) as tmp:
-        for f in trl_dir.iterdir():
-            if f.is_file() and f.name not in skip and not f.name.startswith("rng_state"):
-                shutil.copy2(f, tmp / f.name)
-        write_json(tmp / ckpt.META, {"step": state["step"], "stage": "rl", "engine": "trl",
-                                     "compute_flops": state["counters"]["compute_flops"]})
-        torch.save(state, tmp / ckpt.STATE)
+    ckpt.export_model_files(
+        trl_dir, dest, {"step": state["step"], "stage": "rl", "engine": "trl",
+                        "compute_flops": state["counters"]["compute_flops"]}, state,
+        skip=lambda name: name in skip or name.startswith("rng_state"))
 
 
 def _record(logs: dict, run: _Run, now: float, step_flops: float) -> dict:

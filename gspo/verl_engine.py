@@ -24,6 +24,7 @@ Nothing here imports verl: its config is checked by its own code in its own proc
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import shutil
 
@@ -31,7 +32,7 @@ from gspo import checkpoint as ckpt
 from gspo.config import ConfigError, RLConfig, to_dict
 from gspo.fields import Refusals
 from gspo.data import Mix
-from gspo.io import atomic_dir, write_json
+from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
 
 ENGINE = "engine: verl"
@@ -356,17 +357,11 @@ def _hf_files(step_dir: pathlib.Path) -> pathlib.Path:
 def export(job_dir, ckpt_root, step: int, counters: dict) -> pathlib.Path:
     """verl's global_step_<step> -> ckpt_root/step_<step>: its model files, the META record
     evaluation reads and the state file that marks it complete."""
-    import torch
-
-    src = _hf_files(pathlib.Path(job_dir) / "checkpoints" / f"global_step_{step}")
     dest = pathlib.Path(ckpt_root) / f"step_{step:06d}"
-    with atomic_dir(dest) as tmp:
-        for f in src.iterdir():
-            if f.is_file():
-                shutil.copy2(f, tmp / f.name)
-        write_json(tmp / ckpt.META, {"step": step, "stage": "rl", "engine": "verl",
-                                     "compute_flops": counters["compute_flops"]})
-        torch.save({"step": step, "counters": dict(counters)}, tmp / ckpt.STATE)
+    ckpt.export_model_files(
+        _hf_files(pathlib.Path(job_dir) / "checkpoints" / f"global_step_{step}"), dest,
+        {"step": step, "stage": "rl", "engine": "verl", "compute_flops": counters["compute_flops"]},
+        {"step": step, "counters": dict(counters)})
     return dest
 
 
@@ -385,8 +380,6 @@ def saved_steps(job_dir) -> list[int]:
 def collect(cfg: RLConfig) -> pathlib.Path:
     """Turn the finished verl run in out_dir/verl into this project's run (module doc, step 3),
     inside the caller's stage run; returns out_dir/model."""
-    import math
-
     from gspo.errors import TrainingError
     from gspo.flops import FlopCounter
     from gspo.models import load_model
