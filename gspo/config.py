@@ -7,13 +7,8 @@ dataclasses' `__post_init__` checks the invariants and says how to fix a violati
 
 from __future__ import annotations
 
-import dataclasses
-import pathlib
-import types
 import typing
 from dataclasses import dataclass
-
-import yaml
 
 from gspo.fields import ConfigError, check, option
 from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
@@ -128,7 +123,45 @@ PRECISION_HELP = (
 
 
 @dataclass
-class SFTConfig:
+class TrainConfig:
+    """What both training stages share: the model and its data, the optimizer, the memory and
+    precision settings, where it runs. SFTConfig and RLConfig extend it; a field they declare
+    again keeps its place here and takes that stage's default and help."""
+
+    engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun) or "
+                         "another engine (docs/ENGINES.md maps each field onto it)")
+    model: str = option("tiny", "a model preset or the path of a local Hugging Face checkpoint")
+    out_dir: str = option("results/default/train", "where checkpoints, metrics and the final "
+                          "model go")
+    train_data: list[DataSource] = option([], "training files and their mixing weights")
+    steps: int = option(1, "optimizer steps")
+    lr: float = option(1e-3, "peak learning rate (AdamW)")
+    warmup_steps: int = option(0, "linear warm-up steps")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    grad_clip: float = option(1.0, "max global gradient norm")
+    micro_batch_size: int = option(0, "sequences per forward/backward (0: the whole batch)")
+    max_tokens_per_micro_batch: int = option(0, "token budget of a forward/backward (0: off)")
+    logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
+    activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
+    precision: str = option("fp32", PRECISION_HELP)
+    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
+                                  "input (gspo.tokens): raw text or the chat template")
+    seed: int = option(0, "seed of data order")
+    device: str = option("cpu", "training device")
+    threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
+
+    def __post_init__(self):
+        check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
+        check(self.steps > 0, "steps", f"must be > 0, got {self.steps}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
+        check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
+        check(self.precision in ("fp32", "bf16"), "precision",
+              f"must be fp32 or bf16, got {self.precision!r}")
+
+
+@dataclass
+class SFTConfig(TrainConfig):
     """Cold-start supervised fine-tuning on worked solutions (loss on response tokens only)."""
 
     engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun) or "
@@ -137,7 +170,6 @@ class SFTConfig:
                        "init_seed) or the path of a local Hugging Face checkpoint directory")
     init_seed: int = option(0, "seed of the random initialisation when `model` is a preset")
     out_dir: str = option("results/default/sft", "where checkpoints, metrics and the final model go")
-    train_data: list[DataSource] = option([], "training files and their mixing weights")
     eval_data: str = option("", "optional JSONL of held-out records for a greedy accuracy check")
     eval_problems: int = option(64, "held-out records used for the periodic greedy check")
     steps: int = option(300, "optimizer steps")
@@ -145,40 +177,26 @@ class SFTConfig:
     lr: float = option(5e-3, "peak learning rate (AdamW)")
     warmup_steps: int = option(20, "linear warm-up steps, then cosine decay")
     min_lr_ratio: float = option(0.1, "final learning rate as a fraction of the peak")
-    weight_decay: float = option(0.0, "AdamW weight decay")
-    grad_clip: float = option(1.0, "max global gradient norm")
     max_len: int = option(256, "longest prompt + response kept, in tokens (longer ones are cut)")
     micro_batch_size: int = option(0, "sequences per forward/backward, gradients accumulated over "
                                    "the batch (0: the whole batch at once)")
     max_tokens_per_micro_batch: int = option(0, "token budget of a forward/backward (sequences "
                                              "sorted by length and packed; replaces "
                                              "micro_batch_size; 0: off)")
-    logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
-    activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
-    precision: str = option("fp32", PRECISION_HELP)
-    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
-                                  "input (gspo.tokens): raw text or the chat template")
     eval_every: int = option(100, "steps between greedy held-out checks (0: only at the end)")
     log_every: int = option(10, "steps between metric records")
-    seed: int = option(0, "seed of data order")
-    device: str = option("cpu", "training device")
-    threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
 
     def __post_init__(self):
         check(self.engine in ("native", "trl"), "engine",
               f"must be 'native' or 'trl', got {self.engine!r}")
-        check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
-        for name in ("steps", "batch_size", "max_len"):
+        super().__post_init__()
+        for name in ("batch_size", "max_len"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
-        check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
-        check(self.precision in ("fp32", "bf16"), "precision",
-              f"must be fp32 or bf16, got {self.precision!r}")
-        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must lie in [0, 1]")
 
 
 @dataclass
-class RLConfig:
+class RLConfig(TrainConfig):
     """RL training with one of the registered objectives (GRPO, GSPO, GSPO-token and their
     successors: gspo.objectives.OBJECTIVES). `algorithm` is the only field that differs between
     the compared methods; clip ranges, aggregation and advantage scaling default to each
@@ -204,15 +222,8 @@ class RLConfig:
                                              "sorted by length and packed so that sequences x "
                                              "longest length fits (replaces micro_batch_size; "
                                              "0: off); dense models only")
-    logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
-    activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
-    precision: str = option("fp32", PRECISION_HELP)
-    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
-                                  "input (gspo.tokens): raw text or the chat template")
     lr: float = option(5e-5, "learning rate (AdamW, constant after warm-up)")
     warmup_steps: int = option(0, "linear warm-up, in rollout steps")
-    weight_decay: float = option(0.0, "AdamW weight decay")
-    grad_clip: float = option(1.0, "max global gradient norm")
     eps_low: typing.Optional[float] = option(None, "lower clip range (None: the objective's "
                                            "paper: 3e-4 gspo/gspo_token, 0.2 grpo/dapo/dr_grpo, "
                                            "1.0 cispo (no bound), 0.4 gmpo in log space)")
@@ -293,19 +304,17 @@ class RLConfig:
     resume: bool = option(True, "continue from the latest complete checkpoint in out_dir if any")
     max_consecutive_nonfinite: int = option(3, "stop after this many non-finite updates in a row")
     seed: int = option(0, "seed of prompt sampling, rollouts and minibatch order")
-    device: str = option("cpu", "training device")
-    threads: int = option(0, "torch intra-op threads (0: leave torch's default)")
     verl: VerlConfig = option(VerlConfig(), "engine: verl only: its backend and parallel layout")
 
     def __post_init__(self):
         check(self.algorithm in ALGORITHMS, "algorithm",
                f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
-        check(len(self.train_data) > 0, "train_data", "is empty; list at least one {path, weight}")
         check(self.engine in ("native", "trl", "verl"), "engine",
               f"must be 'native', 'trl' or 'verl', got {self.engine!r}")
+        super().__post_init__()
         check(self.engine == "verl" or self.verl == VerlConfig(), "verl",
               "holds engine: verl's settings; set engine: verl or leave it out")
-        for name in ("steps", "prompts_per_step", "minibatches", "epochs", "max_new_tokens",
+        for name in ("prompts_per_step", "minibatches", "epochs", "max_new_tokens",
                      "max_consecutive_nonfinite"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
         self._objective_defaults()
@@ -319,14 +328,9 @@ class RLConfig:
         check(self.adv_scale in ("std", "none"), "adv_scale", "must be 'std' or 'none'")
         check(self.temperature > 0, "temperature", "must be > 0 for RL sampling")
         check(0 < self.top_p <= 1, "top_p", "must lie in (0, 1]")
-        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
         check(self.peak_flops >= 0, "peak_flops", f"must be >= 0 (0: no MFU), got {self.peak_flops}")
         check(self.keep_last >= 0, "keep_last", f"must be >= 0 (0: keep all), got {self.keep_last}")
-        check(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
-        check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
-        check(self.precision in ("fp32", "bf16"), "precision",
-              f"must be fp32 or bf16, got {self.precision!r}")
         check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
         check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",
@@ -384,109 +388,3 @@ class RLConfig:
               "it needs old_logprobs: recompute (with 'rollout' the two are the same)")
         check(0 <= self.rollout_correction_min < self.rollout_correction_max,
               "rollout_correction_min/rollout_correction_max", "need 0 <= min < max")
-
-
-# -- loading ------------------------------------------------------------------------------------
-
-def _convert(tp, value, name: str):
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, name)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name}: expected a mapping, got {type(value).__name__}")
-        return from_dict(tp, value, prefix=name + ".")
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{name}: expected a list, got {type(value).__name__}")
-        return [_convert(args[0], v, f"{name}[{i}]") for i, v in enumerate(value)]
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads 5e-5 (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{name}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{name}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name}: expected true or false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{name}: expected a string, got {value!r}")
-        return value
-    return value
-
-
-def from_dict(cls, data: dict, prefix: str = ""):
-    """Build dataclass `cls` from a plain dict, checking keys, types and invariants."""
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
-    kwargs = {k: _convert(hints[k], v, prefix + k) for k, v in data.items()}
-    try:
-        return cls(**kwargs)
-    except ConfigError as e:
-        raise ConfigError(f"{prefix}{e}") from None
-
-
-def _set_dotted(d: dict, dotted: str, value):
-    keys = dotted.split(".")
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
-    d[keys[-1]] = value
-
-
-def apply_overrides(data: dict, overrides) -> dict:
-    """Set each `dotted.key=value` of `overrides` (values are YAML) in `data`, in place."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        _set_dotted(data, k, yaml.safe_load(v))
-    return data
-
-
-def load(cls, path, overrides: list[str] = ()):
-    """Load `cls` from YAML file `path`, then apply `key.sub=value` overrides (values are YAML)."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of fields at the top level")
-    apply_overrides(data, overrides)
-    try:
-        return from_dict(cls, data)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
-def to_dict(cfg) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def describe(cls) -> list[tuple[str, str, object, str]]:
-    """(name, type, default, help) of each field: the source of the docs' config reference."""
-    out = []
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        out.append((f.name, str(f.type), default, f.metadata.get("help", "")))
-    return out

@@ -23,7 +23,8 @@ from typing import Callable
 from gspo import distributed as dist
 from gspo import tokens
 from gspo.checkpoint import publish_model, run_info, save_checkpoint, write_run_info
-from gspo.config import ConfigError, SFTConfig, to_dict
+from gspo.config import ConfigError, SFTConfig
+from gspo.fields import to_dict
 from gspo.data import Mix, micro_batches, pad_batch, sequence_logprobs, trim_padding
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json

@@ -24,7 +24,8 @@ from gspo import checkpoint as ckpt
 from gspo import distributed as dist
 from gspo import moe, objectives, shaping, step_metrics, tokens
 from gspo.checkpoint import STATE, latest_checkpoint, publish_model, run_info, write_run_info
-from gspo.config import RLConfig, to_dict
+from gspo.config import RLConfig
+from gspo.fields import to_dict
 from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to, prompt_seed,
                        sequence_logprobs, step_seed, trim_padding)
 from gspo.errors import TrainingError

@@ -29,7 +29,8 @@ import torch
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
 from gspo import tokens
-from gspo.config import ConfigError, SFTConfig, to_dict
+from gspo.config import ConfigError, SFTConfig
+from gspo.fields import to_dict
 from gspo.data import Mix
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json

@@ -29,8 +29,8 @@ import pathlib
 import shutil
 
 from gspo import checkpoint as ckpt
-from gspo.config import ConfigError, RLConfig, to_dict
-from gspo.fields import Refusals
+from gspo.config import ConfigError, RLConfig
+from gspo.fields import Refusals, to_dict
 from gspo.data import Mix
 from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP

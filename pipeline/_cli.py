@@ -7,7 +7,9 @@ import argparse
 import os
 import sys
 
-from gspo.config import ConfigError, load
+from gspo.config import ConfigError
+
+from gspo.fields import load
 from gspo.io import DataError
 from gspo.mlflow_store import DEFAULT_EXPERIMENT
 from gspo.tracking import Tracking

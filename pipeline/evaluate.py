@@ -24,7 +24,8 @@ import typing
 
 from evaluators import tasks
 from evaluators.evaluation import EvalConfig, evaluate, load_all
-from gspo.config import ConfigError, apply_overrides, from_dict, load
+from gspo.config import ConfigError
+from gspo.fields import apply_overrides, from_dict, load
 from pipeline._cli import run
 
 DEFAULTS = EvalConfig()

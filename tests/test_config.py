@@ -1,6 +1,8 @@
 import pytest
 
-from gspo.config import (ConfigError, DataSource, RLConfig, SFTConfig, describe, from_dict, load)
+from gspo.config import ConfigError, DataSource, RLConfig, SFTConfig
+
+from gspo.fields import describe, from_dict, load
 
 
 def write(tmp_path, text):

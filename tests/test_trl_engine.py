@@ -134,7 +134,7 @@ def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="") -> pathlib.Path
 @pytest.mark.slow
 def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluation_loads(
         tmp_path, tiny_model_dir, aime_prompts):
-    from gspo.config import load
+    from gspo.fields import load
     from gspo.data import Mix
     from gspo.models import load_model
 
@@ -259,7 +259,7 @@ def test_trl_on_two_ranks_counts_both_ranks_compute_and_rank_0_alone_writes(tmp_
 def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses(tmp_path):
     import yaml
 
-    from gspo.config import load
+    from gspo.fields import load
 
     rl = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())["rl"]
     path = tmp_path / "rl.yaml"

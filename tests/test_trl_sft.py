@@ -162,7 +162,7 @@ def test_trl_sft_writes_the_files_the_workflow_reads(both):
 def test_trl_sft_on_two_ranks_equals_one_process(tmp_path, both, toy_data):
     import yaml
 
-    from gspo.config import to_dict
+    from gspo.fields import to_dict
 
     cfg = to_dict(_sft(tmp_path, toy_data, "trl"))
     path = tmp_path / "sft.yaml"

@@ -68,7 +68,7 @@ def case(cfg: RLConfig, nodes: int = 2, gpus: int = 8) -> dict:
 
 def moe_30b_configs() -> dict[str, RLConfig]:
     """config/moe-30b.yaml's RL configs, as the workflow resolves them (rl, then the variant)."""
-    from gspo.config import from_dict
+    from gspo.fields import from_dict
     from gspo_workflow.plan import deep_merge
 
     cfg = yaml.safe_load((ROOT / "config" / "moe-30b.yaml").read_text())
