@@ -3,7 +3,8 @@ gspo.objectives.OBJECTIVES); `cfg.algorithm` is the only switch.
 
 One step: prompts -> G rollouts each (engine) -> rewards (`reward_fn`, the caller's: the trainer
 never knows the benchmarks) -> old log-probs (a no-grad pass) -> advantages, shaping and rollout
-correction (gspo.shaping) -> `epochs` x `minibatches` updates -> engine sync -> log, checkpoint.
+correction (gspo.shaping) -> `epochs` x `minibatches` updates (gspo.policy_update) -> engine
+sync -> log, checkpoint.
 
 The first minibatch of each step is on-policy (ratio exactly 1); the later ones are not, which is
 where the algorithms differ. Every random draw is a pure function of (seed, step), as is the LR,
@@ -12,7 +13,6 @@ so resuming from a checkpoint reproduces an uninterrupted run bit for bit on CPU
 
 from __future__ import annotations
 
-import math
 import pathlib
 import time
 from typing import Callable
@@ -22,12 +22,12 @@ from tqdm import tqdm
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import moe, objectives, shaping, step_metrics, tokens
+from gspo import moe, objectives, policy_update, shaping, step_metrics, tokens
 from gspo.checkpoint import STATE, latest_checkpoint, publish_model, run_info, write_run_info
 from gspo.config import RLConfig
 from gspo.fields import to_dict
-from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, pad_to, prompt_seed,
-                       sequence_logprobs, step_seed, trim_padding)
+from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, prompt_seed,
+                       sequence_logprobs)
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
@@ -37,10 +37,6 @@ from gspo.tracking import MetricsLog, Tracking, stage_run, supersede
 
 # (records, completions) -> one reward per pair (pipeline.train wires evaluators.tasks.rewards in)
 RewardFn = Callable[[list[dict], list[str]], list[float]]
-
-
-def _finite(*xs) -> bool:
-    return all(math.isfinite(float(x)) for x in xs)
 
 
 class Trainer:
@@ -68,6 +64,8 @@ class Trainer:
         self.engine_routing = None       # MoE: what the rollout engine's routers picked
         self.is_weights = None           # the step's rollout-correction weights (gspo.shaping)
         self.sampled = {}                # the step's dynamic-sampling metrics (gspo.shaping)
+        # non-finite updates in a row, over steps (gspo.policy_update)
+        self.nonfinite = policy_update.NonfiniteStreak(cfg.max_consecutive_nonfinite)
         # The torch engine reports its routing on MoE models: replayed with
         # routing_replay_source: engine, else compared with the trainer's (moe/engine_routing_mismatch).
         self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
@@ -218,145 +216,19 @@ class Trainer:
         return tuple(outs) if with_entropy else outs[0]
 
     def update(self, batch, old_logp, adv, step: int, rows=None) -> tuple[dict, int, dict]:
-        """epochs x minibatches optimizer steps.
-
-        In a world of several ranks, `batch` is this rank's share of the step's rollouts and
-        `rows` the index of each of its rows in the global batch (None: all of it, in order);
-        losses are divided by the global minibatch's sequence or token count and gradients
-        summed over ranks, so an update equals the single-process one.
-
-        Returns averaged metrics, the number of skipped updates, and what the first (on-policy)
-        minibatch saw: its indices, the trainer's log-probs and entropy, so the engine/trainer
-        log-prob gap is measurable even when old log-probs are not recomputed.
-        """
-        cfg = self.cfg
-        n_local = batch["input_ids"].shape[0]
-        rows = torch.arange(n_local) if rows is None else rows
-        N = int(dist.all_reduce(torch.tensor(n_local), self.world))      # the global batch
-        local_of = {int(g): i for i, g in enumerate(rows)}
-        first: dict = {}
-        gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, 2))
-        per_mb: list[dict] = []
-        skipped = 0
-        self.policy.train()
-        # the optimizer's parameters: under FSDP2 the module may hold unsharded stand-ins for
-        # some of them between a forward and the next reshard, which never receive gradients
-        params = [p for g in self.opt.param_groups for p in g["params"] if p.requires_grad]
-        for _ in range(cfg.epochs):
-            # one permutation of the global batch, whatever the world size: minibatch j holds
-            # the same sequences on one rank or many, each rank updating with its own rows
-            perm = torch.randperm(N, generator=gen)
-            for mb in perm.chunk(cfg.minibatches):
-                on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
-                local = torch.tensor([local_of[int(g)] for g in mb if int(g) in local_of],
-                                     dtype=torch.long)
-                loss_sum, acc = self._accumulate(batch, local, len(mb), old_logp, adv,
-                                                 first if on_policy else None)
-                gnorm = dist.clip_grad_norm(params, cfg.grad_clip, self.world)
-                if not _finite(loss_sum, gnorm):
-                    self.opt.zero_grad(set_to_none=True)
-                    skipped += 1
-                    self._nonfinite(step, loss_sum, gnorm)
-                    continue
-                self._consecutive_nonfinite = 0
-                self.opt.step()
-                rec = acc
-                rec["loss"] = loss_sum
-                rec["grad_norm"] = float(gnorm)
-                if on_policy:
-                    # On-policy: with recomputed old log-probs every ratio is exactly 1 here, so
-                    # whatever this minibatch clips comes from the engine/trainer mismatch alone.
-                    first["clip_frac_onpolicy"] = rec.get("clip_frac_tokens", 0.0)
-                per_mb.append(rec)
-        # the gradients' memory goes back before the rollout engine wakes (gspo.memory_plan)
-        self.opt.zero_grad(set_to_none=True)
-        return (step_metrics.update_summary(per_mb, first), skipped,
-                step_metrics.first_minibatch(first))
-
-    def _nonfinite(self, step: int, loss_sum: float, gnorm) -> None:
-        self.state["nonfinite_skips"] += 1
-        self._consecutive_nonfinite += 1
-        if self._consecutive_nonfinite >= self.cfg.max_consecutive_nonfinite:
-            raise TrainingError(
-                f"step {step + 1}: {self._consecutive_nonfinite} non-finite updates in "
-                f"a row (loss={loss_sum}, grad_norm={float(gnorm)}); stopping. Lower "
-                "lr, check the rewards and data, or raise max_consecutive_nonfinite")
-
-    def _accumulate(self, batch, local, mb_size: int, old_logp, adv, first: dict | None):
-        """Gradients of one minibatch (this rank's rows `local` of its `mb_size` sequences),
-        micro-batch by micro-batch; (the minibatch's loss, {metric: (weighted sum or extreme)})
-        reduced over the ranks."""
-        cfg = self.cfg
-        self.opt.zero_grad(set_to_none=True)
-        micros = micro_batches(local, batch["attention_mask"].sum(1), cfg.micro_batch_size,
-                               cfg.max_tokens_per_micro_batch)
-        tot_tokens = dist.all_reduce(batch["target_mask"][local].sum(), self.world).clamp(min=1)
-        # every rank runs as many forward/backward passes as the busiest one: FSDP's
-        # collectives need them all (a rank short of rows runs one at weight 0)
-        n_micro = int(dist.all_reduce(torch.tensor(len(micros)), self.world, "max"))
-        loss_sum = 0.0
-        acc: dict[str, list] = {}
-        for j in range(n_micro):
-            real = j < len(micros)
-            idx = micros[j] if real else torch.zeros(1, dtype=torch.long)
-            sub = {k: v[idx] for k, v in batch.items()}
-            if cfg.max_tokens_per_micro_batch:   # the budget counts real tokens: drop padding
-                sub = trim_padding(sub)
-            loss, m = self._micro_loss(sub, idx, old_logp, adv, first if real else None)
-            # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
-            w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
-                 else torch.tensor(len(idx) / mb_size)) if real else torch.tensor(0.0)
-            # (world of one: a factor 1.0, the single-process update itself)
-            (loss * w * dist.grad_scale(self.world)).backward()
-            loss_sum += loss.item() * float(w)
-            for k, v in (m.items() if real else ()):
-                acc.setdefault(k, []).append((v, float(w)))
-        loss_sum = float(dist.all_reduce(torch.tensor(loss_sum, dtype=torch.float64), self.world))
-        return loss_sum, step_metrics.reduce_over_ranks(step_metrics.combine_micro(acc), self.world)
-
-    def _micro_loss(self, sub, idx, old_logp, adv, first: dict | None):
-        """The policy loss of one micro-batch; `first` collects the on-policy minibatch's view."""
-        cfg = self.cfg
-        # MoE: replay the old routing of these rows; in 'rollout' mode record the on-policy
-        # minibatch's routing as the old one (for the volatility metric).
-        with moe.routing_hooks(
-                self.policy,
-                replay=self.old_routing.rows(idx) if cfg.routing_replay else None,
-                record=(self.is_moe and first is not None and cfg.moe_metrics
-                        and cfg.old_logprobs == "rollout"),
-                keep_logits=self.is_moe and cfg.router_aux_loss_coef > 0) as hooks, \
-                self._compute():
-            logp, ent = sequence_logprobs(self.policy, sub, cfg.temperature, with_entropy=True,
-                                          chunk=cfg.logprob_chunk)
-        width = old_logp.shape[1]                  # a trimmed micro-batch is padded back
-        if first is not None:
-            first.setdefault("idx", []).append(idx)
-            first.setdefault("logp", []).append(pad_to(logp.detach(), width))
-            first.setdefault("entropy", []).append(pad_to(ent.detach(), width))
-            if hooks.record:
-                first.setdefault("routing", []).append(hooks.routing(own=True))
-        ref_logp = None
-        if self.ref is not None:
-            with torch.no_grad(), self._compute():
-                ref_logp = sequence_logprobs(self.ref, sub, cfg.temperature,
-                                             chunk=cfg.logprob_chunk)
-        loss, m = objectives.policy_loss(
-            logp, old_logp[idx][:, :logp.shape[1]], adv[idx], sub["target_mask"],
-            objective=cfg.algorithm, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
-            log_ratio_clamp=cfg.log_ratio_clamp, tau_pos=cfg.sapo_tau_pos,
-            tau_neg=cfg.sapo_tau_neg, norm_len=cfg.max_new_tokens, ref_logp=ref_logp,
-            kl_coef=cfg.kl_coef, is_weights=None if self.is_weights is None
-            else self.is_weights[idx][:, :logp.shape[1]])
-        if self.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
-            aux = hooks.aux_loss(sub["attention_mask"])
-            loss = loss + cfg.router_aux_loss_coef * aux
-            m["moe/aux_loss_train"] = aux.item()
-        return loss, m
+        """epochs x minibatches optimizer steps on this rank's `batch` (its rows `rows` of the
+        global batch; None: all of it) against old log-probs (B, T) and advantages (B,), with
+        the step's old routing and correction weights (gspo.policy_update.update)."""
+        lrn = policy_update.Learner(self.cfg, self.world, self.policy, self.opt, self.ref,
+                                    self.is_moe)
+        old = policy_update.OldPolicy(old_logp, adv, self.old_routing, self.is_weights)
+        upd, skipped, first = policy_update.update(lrn, batch, old, step, rows, self.nonfinite)
+        self.state["nonfinite_skips"] += skipped
+        return upd, skipped, first
 
     # -- the loop -----------------------------------------------------------------------------
     def train(self) -> pathlib.Path:
         cfg = self.cfg
-        self._consecutive_nonfinite = 0
         bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]", total=cfg.steps,
                    initial=self.start_step, dynamic_ncols=True, disable=not self.world.main)
         for step in bar:

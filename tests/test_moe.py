@@ -260,7 +260,6 @@ def test_an_aux_loss_coefficient_adds_the_loss_and_changes_the_router_update(
     for coef in (0.0, 1.0):
         tr = trainer_mod.Trainer(moe_cfg(data, tiny_moe_model_dir, tmp_path / str(coef),
                                          router_aux_loss_coef=coef, minibatches=1), text_rewards)
-        tr._consecutive_nonfinite = 0
         batch = toy_batch(n=8)
         old_logp, _ = tr.old_logprobs(batch)
         adv = torch.tensor([1.0, -1.0] * 4)
