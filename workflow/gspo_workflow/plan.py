@@ -11,7 +11,7 @@ The Snakefile calls `Plan(config, ...)` once after schema validation. The plan
 
 The jobs are the stage commands a user runs by hand (`python -m pipeline.<stage>`), given those
 stage files and, on their command line, the MLflow store, experiment and tags
-(`tracking_flags`).
+(`tracking_flags`, from gspo_workflow.invocation).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import glob
 import hashlib
 import json
 import math
-import os
 import pathlib
 import shlex
 import sys
@@ -35,10 +34,9 @@ from gspo.data_config import DataGenConfig
 from gspo.io import atomic_write_text
 from gspo.models import PRESETS
 
-from . import launch
+from . import invocation, launch
 
 PARTS = ("sft", "rl", "test")
-DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 # RL fields the workflow sets itself, per run.
 RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every", "keep_steps",
               "prompt")
@@ -68,28 +66,6 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def is_dry_run(argv: list[str] | None = None) -> bool:
-    """Whether this snakemake invocation is a dry run (-n / --dry-run / --dryrun, also inside a
-    group of short flags such as -np). Snakemake decides its executor after parsing the
-    Snakefile, so the command line is the only place to tell."""
-    for a in (sys.argv if argv is None else argv)[1:]:
-        if a in ("--dry-run", "--dryrun", "-n"):
-            return True
-        if a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:]:
-            return True
-    return False
-
-
-def tracking_uri(config: dict, root: pathlib.Path) -> str:
-    """MLFLOW_TRACKING_URI, else the config's tracking.uri, else the sqlite store under results/;
-    a relative sqlite path is made absolute against the working directory."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or config.get("tracking", {}).get("uri") \
-        or DEFAULT_TRACKING_URI
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = "sqlite:///" + str((root / uri[len("sqlite:///"):]).resolve())
-    return uri
-
-
 def deep_merge(base: dict, over: dict) -> dict:
     """`base` with `over` laid on top; nested mappings merge key by key (so a variant can set
     rl.rollout.dtype and keep rl.rollout.engine)."""
@@ -104,25 +80,6 @@ def regex_of(values) -> str:
     import re
 
     return "|".join(re.escape(str(v)) for v in values)
-
-
-def put_interpreter_first() -> None:
-    """Make `python` in the jobs' shell commands the interpreter running Snakemake (the project's
-    environment), as it is for a user who activated it."""
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-
-
-class Unrecorded:
-    """A rule parameter Snakemake does not record, so that a change of it re-runs nothing:
-    Snakemake's params trigger compares only values of builtin types, and this is none. For
-    what says where results are recorded (the MLflow store, the invocation's tags), never for
-    what they are. Formats into a shell command as its text."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
 
 
 def budget_steps(steps: int, budgets: list[int]) -> dict[int, int]:
@@ -169,7 +126,7 @@ class Plan:
         self.mid_eval_cfgs = {b: cfg for b in self.benchmarks
                               if (cfg := self._eval_config(b, intermediate=True)) != self.eval_cfgs[b]}
         self.report_cfg = dict(config["report"])
-        self.tracking_uri = tracking_uri(config, self.workdir)
+        self.tracking_uri = invocation.tracking_uri(config, self.workdir)
 
     # -- checks ---------------------------------------------------------------------------------
     @staticmethod
@@ -467,21 +424,13 @@ class Plan:
         return " ".join(f"--eval {shlex.quote(e)}" for e in evals)
 
     @staticmethod
-    def launcher(wildcards, resources) -> Unrecorded:
+    def launcher(wildcards, resources) -> invocation.Unrecorded:
         """How a training or evaluation job starts: `python -m` on one device, torchrun with one
         process per GPU the profile gives the rule, srun + one torchrun per node on several SLURM
         nodes (gspo_workflow.launch). Unrecorded: the same run on another number of GPUs gives
         the same numbers, so it re-runs nothing."""
-        return Unrecorded(launch.launcher(resources))
+        return invocation.Unrecorded(launch.launcher(resources))
 
-    def tracking_flags(self, argv: list[str] | None = None) -> Unrecorded:
-        """The MLflow flags of every stage command (shell-quoted): the store, the experiment and
-        the tags that tie a run to this workflow invocation. Unrecorded: the command line of
-        each invocation differs, and recording elsewhere must not re-run a stage."""
-        argv = sys.argv if argv is None else argv
-        tags = {"experiment": self.experiment, "workflow": "snakemake",
-                "workflow_command": " ".join(argv)}
-        flags = ["--tracking-uri", self.tracking_uri, "--experiment", self.experiment]
-        for k, v in tags.items():
-            flags += ["--tag", f"{k}={v}"]
-        return Unrecorded(shlex.join(flags))
+    def tracking_flags(self, argv: list[str] | None = None) -> invocation.Unrecorded:
+        """Every stage command's MLflow flags: this plan's store and experiment, and the tags."""
+        return invocation.tracking_flags(self.tracking_uri, self.experiment, argv)

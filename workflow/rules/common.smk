@@ -5,18 +5,18 @@ import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
 
-from gspo_workflow import plan  # noqa: E402  (workflow/gspo_workflow/plan.py)
+from gspo_workflow import invocation, plan  # noqa: E402  (workflow/gspo_workflow/)
 
 
 validate(config, "../schemas/config.schema.yaml")
 
 # Checks what the schema cannot (raising ConfigError naming the key) and writes each stage's
 # resolved config under results/<experiment>/config/ when its content changed.
-PLAN = plan.Plan(config, workdir=os.getcwd(), dry_run=plan.is_dry_run())
+PLAN = plan.Plan(config, workdir=os.getcwd(), dry_run=invocation.is_dry_run())
 PLAN.write_stage_configs()
 # Jobs run `python -m pipeline.<stage>` with this interpreter; everything else they need is on
 # their command line (stage config files, the MLflow store, experiment and tags).
-plan.put_interpreter_first()
+invocation.put_interpreter_first()
 
 
 wildcard_constraints:
