@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from evaluators import aime
+from evaluators import aime, math_answers
 from gspo.io import DataError
 
 
@@ -34,8 +34,8 @@ def test_worked_solutions_end_in_the_boxed_answer_and_score_full_marks():
         for r in aime.generate(20, split="train", seed=0, difficulty=tier):
             assert 0 <= r["answer"] <= 999
             assert r["solution"].endswith(f"\\boxed{{{r['answer']}}}")
-            assert aime.score_answer(r["solution"], r["answer"]) == 1.0
-            assert aime.score_answer(r["solution"], (r["answer"] + 1) % 1000) == 0.0
+            assert math_answers.score_answer(r["solution"], r["answer"]) == 1.0
+            assert math_answers.score_answer(r["solution"], (r["answer"] + 1) % 1000) == 0.0
             assert r["prompt"].startswith(r["problem"])
 
 
@@ -80,24 +80,24 @@ def test_generation_is_deterministic_in_the_seed():
     ("\\boxed{" + "1+" * 150 + "1}", 151, 0.0),    # longer than MAX_ANSWER_CHARS
 ])
 def test_score_of_boxed_answers(completion, answer, expected):
-    assert aime.score_answer(completion, answer) == expected
+    assert math_answers.score_answer(completion, answer) == expected
 
 
 def test_last_boxed_matches_nested_braces():
-    assert aime.last_boxed("x \\boxed{\\frac{a}{b}} y") == "\\frac{a}{b}"
-    assert aime.last_boxed("\\boxed{{1}{2}}") == "{1}{2}"
-    assert aime.last_boxed("no box here") is None
+    assert math_answers.last_boxed("x \\boxed{\\frac{a}{b}} y") == "\\frac{a}{b}"
+    assert math_answers.last_boxed("\\boxed{{1}{2}}") == "{1}{2}"
+    assert math_answers.last_boxed("no box here") is None
 
 
 def test_integer_answers_never_reach_math_verify(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("math-verify called on a plain integer")
 
-    monkeypatch.setattr(aime, "_math_verify", boom)
+    monkeypatch.setattr(math_answers, "_math_verify", boom)
     for i in range(2000):
-        assert aime.score_answer(f"steps...\\boxed{{{i % 1000:03d}}}", i % 1000) == 1.0
-        assert aime.score_answer(f"\\boxed{{{i}}}", i + 1) == 0.0
-    assert aime.score_answer("nothing", 3) == 0.0
+        assert math_answers.score_answer(f"steps...\\boxed{{{i % 1000:03d}}}", i % 1000) == 1.0
+        assert math_answers.score_answer(f"\\boxed{{{i}}}", i + 1) == 0.0
+    assert math_answers.score_answer("nothing", 3) == 0.0
 
 
 def test_math_verify_scoring_works_off_the_main_thread():
@@ -105,8 +105,8 @@ def test_math_verify_scoring_works_off_the_main_thread():
 
     def work():
         try:
-            out["ok"] = aime.score_answer("\\boxed{\\frac{12}{4}}", 3)
-            out["bad"] = aime.score_answer("\\boxed{\\sqrt{10}}", 3)
+            out["ok"] = math_answers.score_answer("\\boxed{\\frac{12}{4}}", 3)
+            out["bad"] = math_answers.score_answer("\\boxed{\\sqrt{10}}", 3)
         except Exception as e:  # noqa: BLE001
             out["error"] = repr(e)
 
@@ -128,13 +128,13 @@ def test_score_many_scores_in_order_on_the_calling_thread(monkeypatch):
     recs = aime.generate(4, split="test", seed=0, difficulty="easy")
     comps = [r["solution"] if i % 2 else "\\boxed{\\frac{1}{2}}" for i, r in enumerate(recs)]
     threads = set()
-    real = aime._math_verify
+    real = math_answers._math_verify
 
     def spy(*a):
         threads.add(threading.current_thread())
         return real(*a)
 
-    monkeypatch.setattr(aime, "_math_verify", spy)
+    monkeypatch.setattr(math_answers, "_math_verify", spy)
     got = aime.score_many(recs, comps, workers=4, stop_at_first_failure=True)
     assert got == [aime.score(r, c) for r, c in zip(recs, comps)]
     assert [g["passed"] for g in got] == [False, True] * 2
@@ -165,7 +165,7 @@ def test_loader_reads_the_capitalised_aime24_spelling_from_jsonl(tmp_path):
     assert recs[1]["answer"] == 204 and isinstance(recs[1]["answer"], int)
     assert recs[0]["solution"] == "x is \\boxed{33}."
     assert recs[1]["solution"].endswith("\\boxed{204}")      # a box is added when the source has none
-    assert aime.score_answer(recs[1]["solution"], recs[1]["answer"]) == 1.0
+    assert math_answers.score_answer(recs[1]["solution"], recs[1]["answer"]) == 1.0
 
 
 def test_loader_reads_lowercase_fields_with_a_year_from_parquet(tmp_path):
@@ -320,7 +320,7 @@ def test_openr1_takes_the_first_verified_generation_and_skips_rows_with_none(tmp
     assert recs[0]["solution"] == "<think>10-3=7</think>\n$\\boxed{7}$."   # the 2nd, verified one
     assert recs[0]["answer"] == 7 and recs[0]["prompt"] == aime.make_prompt("Solve $x + 3 = 10$.")
     assert recs[2]["answer"] == "\\frac{1}{2}"
-    assert all(aime.score_answer(r["solution"], r["answer"]) == 1.0 for r in recs)
+    assert all(math_answers.score_answer(r["solution"], r["answer"]) == 1.0 for r in recs)
     assert "skipped 1 rows with no generation that math-verify found correct" in \
         capsys.readouterr().err
     got = aime.load(FIXTURES / "openr1_math_220k.parquet", integer_only=True, limit=2,
@@ -386,13 +386,13 @@ def test_a_corrupt_parquet_is_one_line_naming_the_file(tmp_path):
     ("I think it is 34", 34, 0.0),
 ])
 def test_score_reads_the_answer_line_when_there_is_no_box(completion, answer, expected):
-    assert aime.score_answer(completion, answer) == expected
+    assert math_answers.score_answer(completion, answer) == expected
     assert aime.score({"answer": answer}, completion)["passed"] is (expected == 1.0)
 
 
 def test_the_answer_line_text_drops_dollars_and_a_full_stop():
-    assert aime.extract_answer("x\nAnswer: $\\frac{3}{4}$.") == "\\frac{3}{4}"
-    assert aime.answer_line("no answer here") is None
+    assert math_answers.extract_answer("x\nAnswer: $\\frac{3}{4}$.") == "\\frac{3}{4}"
+    assert math_answers.answer_line("no answer here") is None
 
 
 def test_sft_takes_worked_solutions_and_refuses_a_set_of_bare_answers(tmp_path):

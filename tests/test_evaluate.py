@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from evaluators import aime
+from evaluators import aime, math_answers
 from evaluators import evaluation as ev
 from evaluators import tasks
 from gspo.config import ConfigError
@@ -56,7 +56,7 @@ def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(me
     assert [row["id"] for row in rows] == [p["id"] for p in problems]
     for row, p in zip(rows, problems):
         assert row["task"] == "aime" and row["n"] == 3 and len(row["completions"]) == 3
-        assert row["scores"] == [aime.score_answer(c, p["answer"]) for c in row["completions"]]
+        assert row["scores"] == [math_answers.score_answer(c, p["answer"]) for c in row["completions"]]
     right, wrong, unboxed = rows
     assert right["completions"] == ["\\boxed{%d}" % problems[0]["answer"]] * 3
     assert (right["c"], right["pass@1"], right["pass@k"]) == (3, 1.0, 1.0)
@@ -88,7 +88,7 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
     assert a == b
     assert [r["completions"] for r in a] != [r["completions"] for r in c]
     for res, rec in zip(a, problems):
-        assert res["scores"] == [aime.score_answer(t, rec["answer"]) for t in res["completions"]]
+        assert res["scores"] == [math_answers.score_answer(t, rec["answer"]) for t in res["completions"]]
         assert res["c"] == sum(res["scores"]) and res["n"] == 4
         assert set(res) >= {"id", "task", "n", "c", "pass@1", "pass@k", "avg@n", "completions"}
         assert all(n <= 12 for n in res["n_tokens"])

@@ -7,7 +7,7 @@ import pytest
 from gspo.tokens import Codec
 import yaml
 
-from evaluators import aime
+from evaluators import aime, math_answers
 from evaluators import lm_eval_tasks as tasks
 from evaluators.lm_eval_tasks import utils as task_utils
 from gspo.io import write_jsonl
@@ -52,7 +52,7 @@ def recompute(samples):
     for s in samples:
         rec = json.loads(s["doc"]["record"])
         (outs,) = s["filtered_resps"]   # one request per document, holding all its samples
-        scores = [aime.score_answer(o, rec["answer"]) for o in outs]
+        scores = [math_answers.score_answer(o, rec["answer"]) for o in outs]
         n, c = len(scores), int(sum(scores))
         out.append({"id": rec["id"], "outputs": outs, "avg": c / n, "pass": pass_at_k(n, c, n)})
     return out
