@@ -35,10 +35,8 @@ group killed afterwards) with NO file-system, network or PID isolation. A proces
 into a new session can outlive the run in that mode, and run as root the process-count limit is
 not enforced by the kernel. Use it only on a throw-away machine.
 
-Environment knobs: GSPO_SANDBOX_BWRAP (path of the bwrap binary), GSPO_SANDBOX_PYTHON (the
-interpreter run inside; it must be readable by the sandbox user; by default the harness's own
-interpreter when it is, else /usr/bin/python3), GSPO_SANDBOX_HIDE (extra directories, separated
-by ':', to hide from programs), GSPO_UNSAFE_SANDBOX=1 (see above).
+The sandbox's makings on this machine (bwrap, the interpreter run inside, the directories
+hidden, the unsafe opt-out) come from the environment: evaluators.sandbox_env.
 """
 
 from __future__ import annotations
@@ -57,11 +55,11 @@ import time
 import warnings
 from typing import Iterable, Mapping
 
+from evaluators.sandbox_env import (SANDBOX_UID, UNSAFE_ENV, bwrap_path, hidden_dirs,
+                                    sandbox_python, switch_user, unsafe_requested)
 from evaluators.supervise import STATUSES, Result, supervise  # noqa: F401 (public here)
 
 
-UNSAFE_ENV = "GSPO_UNSAFE_SANDBOX"
-SANDBOX_UID = 65534  # nobody; used only when the harness runs as root
 DEFAULT_MAX_OUTPUT = 4 << 20
 DEFAULT_MAX_STDERR = 256 << 10
 DEFAULT_MAX_PROCS = 16
@@ -75,72 +73,7 @@ class SandboxUnavailable(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Configuration and the one-time probe
-
-def unsafe_requested(unsafe: bool | None = None) -> bool:
-    """`unsafe` when given, else whether GSPO_UNSAFE_SANDBOX is set to 1/true/yes."""
-    if unsafe is not None:
-        return bool(unsafe)
-    return os.environ.get(UNSAFE_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
-def _world_accessible(path: str) -> bool:
-    """Whether a user with no special rights can reach and execute `path` (mode bits only)."""
-    p = pathlib.Path(path)
-    try:
-        if not (p.stat().st_mode & 0o001):
-            return False
-        for parent in p.parents:
-            if not (parent.stat().st_mode & 0o001):
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def _switch_user() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _sandbox_python() -> str | None:
-    env = os.environ.get("GSPO_SANDBOX_PYTHON")
-    if env:
-        return env
-    candidates = [os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"]
-    for c in candidates:
-        if c and os.path.isfile(c) and (not _switch_user() or _world_accessible(c)):
-            return c
-    return None
-
-
-def bwrap_path() -> str | None:
-    """The bwrap binary that would be used (GSPO_SANDBOX_BWRAP or PATH), or None."""
-    return _bwrap_path()
-
-
-def _bwrap_path() -> str | None:
-    env = os.environ.get("GSPO_SANDBOX_BWRAP")
-    if env is not None:
-        return env if env and os.path.isfile(env) and os.access(env, os.X_OK) else None
-    return shutil.which("bwrap")
-
-
-def _hidden_dirs(python: str) -> list[str]:
-    """Directories to mask with an empty tmpfs: the harness's cwd (where data and results live)
-    plus GSPO_SANDBOX_HIDE, never one that holds the interpreter or a system directory."""
-    dirs = [os.getcwd()] + [d for d in os.environ.get("GSPO_SANDBOX_HIDE", "").split(":") if d]
-    out = []
-    py = os.path.realpath(python)
-    for d in dirs:
-        d = os.path.realpath(d)
-        if d in ("/", "/usr", "/bin", "/lib", "/lib64", "/etc", "/tmp", "/proc", "/dev"):
-            continue
-        if py == d or py.startswith(d.rstrip("/") + "/"):
-            continue
-        if os.path.isdir(d) and (not _switch_user() or _world_accessible(d)):
-            out.append(d)
-    return out
-
+# The one-time probe
 
 @dataclasses.dataclass(frozen=True)
 class _Backend:
@@ -158,7 +91,7 @@ _warned_unsafe = False
 
 def _probe() -> _Backend | str:
     """The working bwrap backend, or a string saying why there is none (cached per config)."""
-    python, bwrap = _sandbox_python(), _bwrap_path()
+    python, bwrap = sandbox_python(), bwrap_path()
     key = (python, bwrap, os.getcwd(), os.environ.get("GSPO_SANDBOX_HIDE", ""))
     with _probe_lock:
         if key in _probe_cache:
@@ -211,7 +144,7 @@ def _backend(unsafe: bool | None) -> _Backend:
     if not _warned_unsafe:
         warnings.warn(f"{UNSAFE_ENV}: running untrusted code WITHOUT isolation ({b})", stacklevel=3)
         _warned_unsafe = True
-    python = _sandbox_python() or os.path.realpath(sys.executable)
+    python = sandbox_python() or os.path.realpath(sys.executable)
     return _Backend("unsafe", python, None, sys.version_info[:2], reason=b)
 
 
@@ -311,7 +244,7 @@ def _namespace_argv(backend: _Backend, tmp_mb: int, ro_dev: bool) -> list[str]:
            "--size", str(max(1, tmp_mb) << 20), "--tmpfs", "/dev/shm"]
     if ro_dev:
         cmd += ["--remount-ro", "/dev"]
-    for d in _hidden_dirs(backend.python):
+    for d in hidden_dirs(backend.python):
         cmd += ["--size", str(1 << 16), "--tmpfs", d, "--remount-ro", d]
     return cmd + ["--size", str(max(1, tmp_mb) << 20), "--perms", "1777", "--tmpfs", "/tmp"]
 
@@ -350,7 +283,7 @@ def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
             fds.append(stdin_fd)
         pass_fds = [f for f in fds if f not in (info_r, chan_r, stdin_fd)]
         user_kw = {}
-        if _switch_user():
+        if switch_user():
             user_kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_fd is None else stdin_fd,

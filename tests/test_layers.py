@@ -20,7 +20,7 @@ LAYER_OF = {"gspo": "gspo", "evaluators": "evaluators", "pipeline": "pipeline",
 ALLOWED = {"gspo": {"gspo"}, "evaluators": {"gspo", "evaluators"},
            "pipeline": {"gspo", "evaluators", "pipeline"},
            "workflow": {"gspo", "evaluators", "pipeline", "workflow"}}
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
 
@@ -80,7 +80,7 @@ def test_the_arrow_check_sees_hidden_imports():
 
 
 # evaluators/ in two wings (issue 26): running untrusted programs, and the benchmarks' content
-EXECUTION = ("sandbox", "supervise", "batch", "pool", "frames", "sandboxed")
+EXECUTION = ("sandbox", "sandbox_env", "supervise", "batch", "pool", "frames", "sandboxed")
 BENCHMARK_MODULES = ("aime", "livecodebench", "codeforces", "lcb_generator", "code_sources",
                      "math_sources", "sources", "judge", "tasks")
 
@@ -127,7 +127,7 @@ def sizes(path: pathlib.Path) -> list[str]:
     return out
 
 
-def test_no_module_is_over_500_lines_and_no_function_over_60():
+def test_no_module_is_over_450_lines_and_no_function_over_60():
     bad = [msg for path in modules("gspo", "evaluators", "pipeline", "workflow", "benchmarks")
            for msg in sizes(path)]
     assert not bad, "\n".join(bad)
