@@ -44,7 +44,7 @@ run() {
   fi
 }
 
-# System tools: bubblewrap isolates generated code (evaluators/sandbox.py); headless Chromium
+# System tools: bubblewrap isolates generated code (evaluators/execution/sandbox.py); headless Chromium
 # and chromedriver load the MLflow UI in its browser test (tests/test_mlflow_ui.py).
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)

@@ -20,7 +20,7 @@ import pathlib
 import statistics
 import tempfile
 
-from evaluators import aime
+from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
 from gspo import trl_engine
 from gspo.config import DataSource, RLConfig

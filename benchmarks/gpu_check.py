@@ -9,7 +9,7 @@ Nothing is downloaded: the model is random-initialised in Qwen3-1.7B's shapes
 (gspo.memory_plan.PRESETS: hidden 2048, 28 layers, 16 / 8 heads, head_dim 128, MLP 6144,
 vocabulary 151,936, tied embeddings), written with save_pretrained in bf16 beside the project's
 character tokenizer (the model's vocabulary exceeds the tokenizer's; ids past it decode to
-nothing), and the data are generated AIME-style problems (evaluators.aime). Phases, each in its
+nothing), and the data are generated AIME-style problems (evaluators.benchmarks.aime). Phases, each in its
 own try/except (a failed phase is reported and the next one still runs, from the last good model):
 
 - build: the random model and the generated data;
@@ -149,7 +149,7 @@ class Check:
 
     # -- build -------------------------------------------------------------------------------
     def build(self) -> dict:
-        from evaluators import aime
+        from evaluators.benchmarks import aime
         from gspo.io import write_jsonl
         from gspo.models import build_tiny
 

@@ -21,7 +21,7 @@ import torch
 # a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path
 from rollout_and_step import workload_parser
 
-from evaluators import aime
+from evaluators.benchmarks import aime
 from gspo import moe
 from gspo.data import pad_batch, sequence_logprobs
 from gspo.models import build_tiny, load_model

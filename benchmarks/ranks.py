@@ -42,7 +42,7 @@ def main():
     ap.add_argument("--nproc", type=int, default=2, help="ranks compared with 1")
     args = ap.parse_args()
 
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.io import write_jsonl
     from gspo.models import build_tiny
 

@@ -19,7 +19,7 @@ import time
 import torch
 
 
-from evaluators import aime
+from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
 from gspo.config import DataSource, RLConfig, RolloutConfig
 from gspo.io import write_jsonl

@@ -7,10 +7,10 @@ program per problem) on `--tests` of their tests each (5 = all of them), `--work
 a time (default: all cores), two ways on the same programs and tests:
 
 * per test   - every test execution is a fresh bwrap sandbox and interpreter (sandbox.run_many;
-               how the judge ran tests before evaluators.batch);
+               how the judge ran tests before evaluators.execution.batch);
 * per program - one sandbox per program runs all its tests, each in a fresh forked child
-               (evaluators.batch.run_program with pooled=False);
-* pooled      - `--workers` warm sandboxes (evaluators.pool) run program after program, each
+               (evaluators.execution.batch.run_program with pooled=False);
+* pooled      - `--workers` warm sandboxes (evaluators.execution.pool) run program after program, each
                test in a fresh forked child, resetting the sandbox between programs (how the
                judge runs them now).
 
@@ -27,10 +27,8 @@ import os
 import sys
 import time
 
-
-from evaluators import batch, judge
-from evaluators import livecodebench as lcb
-from evaluators import sandbox
+from evaluators.benchmarks import judge, livecodebench as lcb
+from evaluators.execution import batch, sandbox
 
 
 def build_programs(n_problems: int, n_tests: int, seed: int):

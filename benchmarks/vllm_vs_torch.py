@@ -92,7 +92,7 @@ def main():
 
     import torch
 
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.models import build_tiny, load_model
     from gspo.rollout import make_engine
 

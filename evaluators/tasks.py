@@ -5,20 +5,21 @@ Every record, whatever its benchmark, carries `id`, `task` (a name of BENCHMARKS
 exact text the model is given) and, for generated training problems, `solution` (the worked
 completion SFT trains on). The rest of the fields are the benchmark's own.
 
-Every benchmark module offers the same interface: `generate(n, *, split, seed, ...)`,
-`load(source, ...)` (real problems for RL or evaluation), `load_sft(source, *, limit)` (real
-records with worked solutions, for SFT), `format_prompt(record) -> str`,
-`score(record, completion) -> dict` (at least {"passed": bool}),
-`score_many(records, completions, workers=...) -> list[dict]` and `RECORD_FIELDS` (the fields an
-evaluation record must carry). A benchmark that rates a model (CodeForces-style: an Elo-like
+Every benchmark package (evaluators.benchmarks.<name>) offers the interface the Protocol
+evaluators.benchmarks.base.Benchmark types: `generate(n, *, split, seed, ...)`, `load(source,
+...)` (real problems for RL or evaluation), `load_sft(source, *, limit)` (real records with
+worked solutions, for SFT), `format_prompt(record) -> str`, `score(record, completion) -> dict`
+(at least {"passed": bool}), `score_many(records, completions, workers=...) -> list[dict]`,
+`TASK` and `RECORD_FIELDS` (the fields an evaluation record must carry). A benchmark that rates a model (CodeForces-style: an Elo-like
 rating from the problems' ratings) registers its estimator in RATINGS.
 """
 
 from __future__ import annotations
 
-from evaluators import aime, codeforces, livecodebench
+from evaluators.benchmarks import aime, codeforces, livecodebench
+from evaluators.benchmarks.base import Benchmark
 
-MODULES = {"aime": aime, "lcb": livecodebench, "cf": codeforces}
+MODULES: dict[str, Benchmark] = {"aime": aime, "lcb": livecodebench, "cf": codeforces}
 BENCHMARKS: tuple[str, ...] = tuple(MODULES)
 TITLES = {"aime": "AIME-style math", "lcb": "LiveCodeBench-style", "cf": "CodeForces-style"}
 # benchmark -> its rating of a model from rated attempts [(problem rating, solved)]

@@ -103,9 +103,9 @@ class TaskFiles:
 
 @dataclass
 class DataFiles:
-    aime: TaskFiles = option(TaskFiles(), "real AIME-style data (evaluators.aime.load)")
-    lcb: TaskFiles = option(TaskFiles(), "real LiveCodeBench data (evaluators.livecodebench.load)")
-    cf: TaskFiles = option(TaskFiles(), "real CodeForces data (evaluators.codeforces.load)")
+    aime: TaskFiles = option(TaskFiles(), "real AIME-style data (evaluators.benchmarks.aime.load)")
+    lcb: TaskFiles = option(TaskFiles(), "real LiveCodeBench data (evaluators.benchmarks.livecodebench.load)")
+    cf: TaskFiles = option(TaskFiles(), "real CodeForces data (evaluators.benchmarks.codeforces.load)")
 
     def __post_init__(self):
         for task in ("aime", "cf"):     # only LiveCodeBench records carry release dates
@@ -134,8 +134,8 @@ class DataGenConfig:
     tasks: list[str] = option(["aime"], "tasks to generate, any of aime, lcb, cf: files "
                              "<task>_sft.jsonl, <task>_rl.jsonl and <task>_test.jsonl each")
     aime: AimeDataConfig = option(AimeDataConfig(), "AIME-style math")
-    lcb: CodeDataConfig = option(CodeDataConfig(), "LiveCodeBench-style code (evaluators.livecodebench)")
-    cf: CodeDataConfig = option(CodeDataConfig(), "CodeForces-style code (evaluators.codeforces)")
+    lcb: CodeDataConfig = option(CodeDataConfig(), "LiveCodeBench-style code (evaluators.benchmarks.livecodebench)")
+    cf: CodeDataConfig = option(CodeDataConfig(), "CodeForces-style code (evaluators.benchmarks.codeforces)")
     files: DataFiles = option(DataFiles(), "real data files replacing generated splits, per task")
 
     def __post_init__(self):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pathlib
 
-from evaluators import aime, codeforces, livecodebench
+from evaluators.benchmarks import aime, codeforces, livecodebench
 from evaluators.tasks import module
 from gspo.data_config import DataGenConfig
 from gspo.io import DataError, write_jsonl

@@ -74,7 +74,7 @@ def tiny_moe_model_dir(tmp_path_factory):
 def toy_data(tmp_path_factory):
     """A folder with train.jsonl: a small AIME-style problem space (operands 1..3, one step) that
     100 SFT steps half learn, so that RL groups have reward variance to learn from."""
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.io import write_jsonl
 
     d = tmp_path_factory.mktemp("toy_data")
@@ -101,7 +101,7 @@ def toy_sft_model(toy_data, tmp_path_factory):
 @pytest.fixture
 def aime_prompts(tmp_path):
     """8 AIME-style prompts (operands 1..9, one step) in tmp_path/prompts.jsonl."""
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.io import write_jsonl
 
     path = tmp_path / "prompts.jsonl"

@@ -4,7 +4,8 @@ import threading
 
 import pytest
 
-from evaluators import aime, math_answers
+from evaluators.benchmarks import aime
+from evaluators.benchmarks.aime import answers as math_answers
 from gspo.io import DataError
 
 
@@ -294,7 +295,7 @@ def test_dapo_math_parquet_gives_the_bare_problem_and_the_ground_truth(tmp_path,
 
 
 def test_dapo_user_content_without_the_wrapper_is_kept_whole():
-    from evaluators import math_sources
+    from evaluators.benchmarks.aime import sources as math_sources
 
     row = {"prompt": [{"role": "system", "content": "Be brief."},
                       {"role": "user", "content": "  What is 1+1?  "}],

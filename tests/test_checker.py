@@ -7,8 +7,10 @@ import time
 
 import pytest
 
-from evaluators import codeforces as cf
-from evaluators import judge, sandbox, tasks
+from evaluators.benchmarks import codeforces as cf
+from evaluators import tasks
+from evaluators.benchmarks import judge
+from evaluators.execution import sandbox
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "codeforces"
 

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evaluators import codeforces as cf
-from evaluators import sandbox, tasks
+from evaluators.benchmarks import codeforces as cf
+from evaluators import tasks
+from evaluators.execution import sandbox
 from gspo.io import DataError
 from toys import offline_errors
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from evaluators import aime
+from evaluators.benchmarks import aime
 from gspo.io import write_jsonl
 from gspo.objectives import AGGS
 

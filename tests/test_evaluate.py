@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from evaluators import aime, math_answers
+from evaluators.benchmarks import aime
+from evaluators.benchmarks.aime import answers as math_answers
 from evaluators import evaluation as ev
 from evaluators import tasks
 from gspo.config import ConfigError
@@ -95,7 +96,7 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
 
 
 def test_code_benchmarks_are_scored_by_their_own_batched_scorer(problems):
-    lcb = pytest.importorskip("evaluators.livecodebench")
+    lcb = pytest.importorskip("evaluators.benchmarks.livecodebench")
     rec = lcb.generate(1, split="test", seed=0)[0]
     scores = ev.score_completions([rec, problems[0]],
                                   [[rec["solution"], "print(1)"], ["\\boxed{%d}" % problems[0]["answer"]]],
@@ -104,7 +105,7 @@ def test_code_benchmarks_are_scored_by_their_own_batched_scorer(problems):
 
 
 def test_summary_adds_a_codeforces_rating_from_rated_problems():
-    cf = pytest.importorskip("evaluators.codeforces")
+    cf = pytest.importorskip("evaluators.benchmarks.codeforces")
     results = [{"task": "cf", "id": f"cf-{i}", "n": 2, "c": c, "rating": r, "scores": s}
                for i, (r, c, s) in enumerate([(800, 2, [1, 1]), (1600, 1, [1, 0]), (2400, 0, [0, 0])])]
     s = ev.summarize(results)["cf"]

@@ -10,7 +10,8 @@ import json
 import pytest
 import torch
 
-from evaluators import aime, for_verl, tasks
+from evaluators import for_verl, tasks
+from evaluators.benchmarks import aime
 from gspo.io import DataError
 from test_conformance_verl import ROOT, run_verl
 

@@ -79,38 +79,69 @@ def test_the_arrow_check_sees_hidden_imports():
         imported_modules("import importlib\nname = 'gspo'\nimportlib.import_module(name)\n")
 
 
-# evaluators/ in two wings (issue 26): running untrusted programs, and the benchmarks' content
-EXECUTION = ("sandbox", "sandbox_env", "supervise", "batch", "pool", "frames", "sandboxed")
-BENCHMARK_MODULES = ("aime", "livecodebench", "codeforces", "lcb_generator", "code_sources",
-                     "math_sources", "sources", "judge", "tasks")
+# evaluators/ in two wings (issue 26): execution/ runs untrusted programs and knows no benchmark;
+# benchmarks/ holds the benchmarks' content, reached from the rest only through the registry.
+EVALUATORS = ROOT / "evaluators"
 
 
-def _evaluators_imports(path: pathlib.Path) -> set[str]:
-    """The evaluators modules `path` imports (`from evaluators import x` counts as x)."""
-    tree = ast.parse(path.read_text(), str(path))
+def _evaluators_imports(path: pathlib.Path, source: str | None = None) -> set[str]:
+    """The evaluators modules `path` (or `source`) imports, as dotted names (`from evaluators.x
+    import y` counts as evaluators.x.y when that is a module or package, else as evaluators.x)."""
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "evaluators":
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("evaluators."):
-            out.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "evaluators":
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                is_module = (ROOT / (sub.replace(".", "/") + ".py")).is_file() or \
+                    (ROOT / sub.replace(".", "/")).is_dir()
+                out.add(sub if is_module else node.module)
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("evaluators.")}
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "evaluators"}
     return out
 
 
-def test_the_code_that_runs_untrusted_programs_imports_no_benchmark():
-    files = [p for p in (ROOT / "evaluators").rglob("*.py")
-             if p.relative_to(ROOT / "evaluators").parts[0].removesuffix(".py") in EXECUTION]
-    assert len(files) >= 6
-    bad = {str(p.relative_to(ROOT)): sorted(_evaluators_imports(p) & set(BENCHMARK_MODULES))
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_code_that_runs_untrusted_programs_imports_nothing_else_of_evaluators():
+    files = sorted((EVALUATORS / "execution").rglob("*.py"))
+    assert len(files) >= 10
+    bad = {str(p.relative_to(ROOT)): sorted(m for m in _evaluators_imports(p)
+                                            if not _under(m, "evaluators.execution"))
            for p in files}
     assert not {k: v for k, v in bad.items() if v}
 
 
+def test_the_benchmarks_reach_nothing_of_evaluators_but_themselves_and_execution():
+    files = sorted((EVALUATORS / "benchmarks").rglob("*.py"))
+    bad = {str(p.relative_to(ROOT)): sorted(
+        m for m in _evaluators_imports(p)
+        if not (_under(m, "evaluators.benchmarks") or _under(m, "evaluators.execution")))
+        for p in files}
+    assert not {k: v for k, v in bad.items() if v}
+
+
 def test_evaluation_reaches_the_benchmarks_only_through_the_registry():
-    used = _evaluators_imports(ROOT / "evaluators" / "evaluation.py") & set(BENCHMARK_MODULES)
-    assert used == {"tasks"}
+    outside = [p for p in EVALUATORS.rglob("*.py")
+               if not _under(".".join(p.relative_to(ROOT).parts), "evaluators.benchmarks")
+               and p.name != "tasks.py"]
+    assert EVALUATORS / "evaluation.py" in outside
+    bad = {str(p.relative_to(ROOT)): sorted(m for m in _evaluators_imports(p)
+                                            if _under(m, "evaluators.benchmarks"))
+           for p in outside}
+    assert not {k: v for k, v in bad.items() if v}
+    assert _evaluators_imports(EVALUATORS / "evaluation.py") & {"evaluators.tasks"}
+
+
+def test_the_import_rules_name_what_a_module_reaches():
+    src = ("from evaluators.benchmarks import aime, judge\nimport evaluators.execution.pool\n"
+           "from evaluators.benchmarks.aime.answers import extract_answer\n"
+           "def f():\n    from evaluators import tasks\n")
+    assert _evaluators_imports(EVALUATORS / "x.py", src) == {
+        "evaluators.benchmarks.aime", "evaluators.benchmarks.judge", "evaluators.execution.pool",
+        "evaluators.benchmarks.aime.answers", "evaluators.tasks"}
 
 
 def sizes(path: pathlib.Path) -> list[str]:
@@ -196,21 +227,22 @@ def test_the_cycle_check_sees_a_cycle_through_lazy_imports():
 
 
 def test_programs_that_run_in_the_sandbox_are_files_that_run_nothing_when_imported():
-    """evaluators/sandboxed/*.py are handed to the sandbox as text; imported (by a linter, a
-    test, a mistake) they must do nothing: no reading of stdin, no channel, no exit."""
+    """evaluators/execution/sandboxed/*.py are handed to the sandbox as text; imported (by a
+    linter, a test, a mistake) they must do nothing: no reading of stdin, no channel, no exit."""
     import subprocess
     import sys
 
-    from evaluators import frames, judge
-    from evaluators.sandboxed import source
+    from evaluators.execution import frames
+    from evaluators.benchmarks import judge
+    from evaluators.execution.sandboxed import source
 
-    names = sorted(p.stem for p in (ROOT / "evaluators" / "sandboxed").glob("*.py")
+    names = sorted(p.stem for p in (ROOT / "evaluators" / "execution" / "sandboxed").glob("*.py")
                    if p.stem != "__init__")
     assert names == ["file_mode", "functional", "runner"]
     assert (frames.RUNNER, judge.DRIVER, judge.FILE_DRIVER) == (
         source("runner"), source("functional"), source("file_mode"))
     for name in names:
-        r = subprocess.run([sys.executable, "-c", f"import evaluators.sandboxed.{name}; print('ok')"],
+        r = subprocess.run([sys.executable, "-c", f"import evaluators.execution.sandboxed.{name}; print('ok')"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
         assert (r.returncode, r.stdout.strip()) == (0, "ok"), r.stderr

@@ -10,8 +10,9 @@ import zlib
 
 import pytest
 
-from evaluators import livecodebench as lcb
-from evaluators import sandbox, tasks
+from evaluators.benchmarks import livecodebench as lcb
+from evaluators import tasks
+from evaluators.execution import sandbox
 from gspo.io import DataError
 from toys import offline_errors
 
@@ -300,7 +301,7 @@ def test_stdin_outputs_are_compared_line_by_line_with_the_numeric_fallback(got, 
 
 
 def test_the_shared_judge_uses_the_comparison_each_benchmark_gives_it():
-    from evaluators import codeforces, judge
+    from evaluators.benchmarks import codeforces, judge
 
     assert lcb.extract_code is judge.extract_code and lcb.VERDICTS is judge.VERDICTS
     stdin = {"input": "", "output": "1.0000001\n", "testtype": "stdin"}

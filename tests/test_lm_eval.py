@@ -7,7 +7,8 @@ import pytest
 from gspo.tokens import Codec
 import yaml
 
-from evaluators import aime, math_answers
+from evaluators.benchmarks import aime
+from evaluators.benchmarks.aime import answers as math_answers
 from evaluators import lm_eval_tasks as tasks
 from evaluators.lm_eval_tasks import utils as task_utils
 from gspo.io import write_jsonl
@@ -86,7 +87,7 @@ def test_process_results_scores_every_sample_with_the_aime_scorer():
 
 
 def test_process_results_runs_the_code_benchmark_scorer_on_every_sample():
-    lcb = pytest.importorskip("evaluators.livecodebench")
+    lcb = pytest.importorskip("evaluators.benchmarks.livecodebench")
     rec = lcb.generate(1, split="test", seed=0)[0]
     doc = {"record": json.dumps(rec)}
     got = task_utils.process_results(doc, [[rec["solution"], "print(1)"]])

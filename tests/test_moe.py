@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from evaluators import aime
+from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
 from gspo import moe
 from gspo import trainer as trainer_mod

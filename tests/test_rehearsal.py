@@ -99,7 +99,7 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
     assert trl_recs and all(r["mfu_rollout"] > 0 and r["mfu_update"] > 0 for r in trl_recs)
     data = {p.stem: [json.loads(x) for x in p.open()] for p in (out / "data").glob("*.jsonl")}
     # the loaders' records: OpenR1 traces, DAPO prompts, AIME 2024, LiveCodeBench in the window
-    from evaluators import aime
+    from evaluators.benchmarks import aime
 
     fixtures = ROOT / "tests" / "fixtures" / "aime"
     traces = aime.load_sft(fixtures / "openr1_math_220k.parquet")

@@ -260,7 +260,7 @@ def test_a_report_for_an_unknown_experiment_says_so(tmp_path):
 
 
 def test_codeforces_rows_carry_the_elo_of_the_problems_solved_with_interval_and_percentile():
-    from evaluators.codeforces import estimate_rating
+    from evaluators.benchmarks.codeforces import estimate_rating
 
     ratings = {f"p{i}": 800 + 200 * i for i in range(8)}          # 800 .. 2200
 

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from evaluators import batch, pool, sandbox
+from evaluators.execution import batch, pool, sandbox
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
@@ -85,7 +85,7 @@ def nothing_left_behind(marker):
 
 
 def _run_in_program_sandbox(code, stdin="", **kw):
-    """One job through evaluators.batch: the program sandbox's runner forks it as a child."""
+    """One job through evaluators.execution.batch: the program sandbox's runner forks it as a child."""
     return batch.run_program([dict(code=code, stdin=stdin, **kw)])[0]
 
 
@@ -396,7 +396,7 @@ def test_run_many_keeps_at_most_workers_sandboxes_running_and_keeps_job_order():
 
 def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_requested(
         monkeypatch, marker, tmp_path):
-    from evaluators import livecodebench as lcb
+    from evaluators.benchmarks import livecodebench as lcb
 
     monkeypatch.setenv("GSPO_SANDBOX_BWRAP", str(tmp_path / "no-such-bwrap"))
     monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
@@ -423,7 +423,7 @@ def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_reques
 
 
 # ---------------------------------------------------------------------------------------------
-# One sandbox per program (evaluators.batch): nothing a program leaves behind reaches another,
+# One sandbox per program (evaluators.execution.batch): nothing a program leaves behind reaches another,
 # after it or beside it, and nothing a test leaves behind reaches the program's next test.
 
 # Solves "print the square of n" and caches every answer everywhere it can: files in /tmp,
@@ -531,8 +531,8 @@ def _square_tests(ns):
 
 @needs_bwrap
 def test_a_program_cannot_read_what_an_earlier_program_cached(marker):
-    from evaluators import judge
-    from evaluators import livecodebench as lcb
+    from evaluators.benchmarks import judge
+    from evaluators.benchmarks import livecodebench as lcb
 
     pool.shutdown()
     tests = _square_tests([3, 7, 12])
@@ -554,8 +554,8 @@ def test_a_program_cannot_read_what_an_earlier_program_cached(marker):
 
 @needs_bwrap
 def test_a_program_cannot_read_what_a_program_running_beside_it_caches(marker):
-    from evaluators import judge
-    from evaluators import livecodebench as lcb
+    from evaluators.benchmarks import judge
+    from evaluators.benchmarks import livecodebench as lcb
 
     tests = _square_tests([5])
     kw = dict(compare=lcb.outputs_match, timeout_s=4.0, memory_mb=256)

@@ -1,6 +1,10 @@
+import inspect
+
 import pytest
 
-from evaluators import aime, codeforces, livecodebench, tasks
+from evaluators import tasks
+from evaluators.benchmarks import aime, codeforces, livecodebench
+from evaluators.benchmarks.base import Benchmark
 from evaluators.tasks import reward, rewards
 
 
@@ -28,11 +32,32 @@ def test_batched_scores_are_each_benchmark_s_own_score_in_order():
         tasks.score_many(recs, comps[:-1])
 
 
+def _params(fn, drop_self=False):
+    """(name, kind) of `fn`'s parameters without a default, and whether it takes **options."""
+    ps = list(inspect.signature(fn).parameters.values())[1 if drop_self else 0:]
+    return ([(p.name, p.kind) for p in ps if p.default is p.empty and p.kind != p.VAR_KEYWORD],
+            any(p.kind == p.VAR_KEYWORD for p in ps))
+
+
 @pytest.mark.parametrize("name", tasks.BENCHMARKS)
 def test_every_benchmark_module_offers_the_shared_interface(name):
+    """Each registered module has every member of the Benchmark protocol, its functions taking
+    the protocol's required parameters, in order and of the same kind; a further required one is
+    a benchmark's own option, given by name (aime's `difficulty`)."""
     mod = tasks.module(name)
-    for fn in ("generate", "load", "load_sft", "format_prompt", "score", "score_many"):
-        assert callable(getattr(mod, fn)), fn
+    members = [m for m in vars(Benchmark) if not m.startswith("_")]
+    assert {"generate", "load", "load_sft", "format_prompt", "score", "score_many"} <= set(members)
+    for m in members:
+        proto = vars(Benchmark)[m]
+        ours = vars(mod)[m]
+        assert callable(ours), m
+        want, _ = _params(proto, drop_self=True)
+        got, _ = _params(ours)
+        assert got[:len(want)] == want, f"{name}.{m}{inspect.signature(ours)}"
+        assert all(kind == inspect.Parameter.KEYWORD_ONLY for _, kind in got[len(want):]), m
+    assert set(Benchmark.__annotations__) == {"TASK", "RECORD_FIELDS"}
+    assert isinstance(mod.TASK, str) and mod.TASK.startswith(name)
+    assert all(isinstance(f, str) for f in mod.RECORD_FIELDS)
     assert {"id", "task", "prompt"} <= set(mod.RECORD_FIELDS)
     for rec in mod.generate(3, split="test", seed=0, **({"difficulty": "easy"} if name == "aime" else {})):
         assert rec["task"] == name and all(k in rec for k in mod.RECORD_FIELDS)

@@ -102,7 +102,7 @@ def test_a_model_directory_without_a_tokenizer_names_what_is_missing(tiny_model_
 
 
 def test_sft_refuses_a_max_len_that_leaves_no_room_after_a_prompt(tmp_path):
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.config import DataSource, SFTConfig
     from gspo.io import write_jsonl
     from gspo.sft import run_sft
@@ -118,7 +118,7 @@ def test_sft_refuses_a_max_len_that_leaves_no_room_after_a_prompt(tmp_path):
 
 
 def test_the_bpe_preset_trains_its_tokenizer_on_the_corpus_deterministically(tmp_path):
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.models import build_tiny, load_model
 
     corpus = [r["prompt"] + r["solution"] for r in aime.generate(32, split="train", seed=0,
@@ -142,7 +142,7 @@ def test_the_bpe_preset_trains_its_tokenizer_on_the_corpus_deterministically(tmp
 def test_the_bpe_preset_runs_sft_rl_with_vllm_and_evaluation_in_chat_format(tmp_path):
     """The real-tokenizer path end to end: BOS, a chat template, no pad token, two EOS ids;
     vLLM (CPU build) samples the same token ids the trainer scores, and evaluates in bf16."""
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from evaluators.tasks import reward, rewards
     from gspo.config import DataSource, RLConfig, RolloutConfig, SFTConfig
     from gspo.io import write_jsonl

@@ -187,7 +187,7 @@ def verl_run(tmp_path_factory):
     """A 2-step GSPO run as verl leaves it: pipeline.verl's job, checkpoints at steps 1 and 2 in
     verl's FSDP layout (the tiny-bpe model, perturbed per step), its file logger's metrics from
     two attempts (the second re-logging step 2 after a resume) and the launcher's done.json."""
-    from evaluators import aime
+    from evaluators.benchmarks import aime
     from gspo.io import write_jsonl
     from gspo.models import build_tiny, load_model
 

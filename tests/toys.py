@@ -42,7 +42,7 @@ def offline_errors(calls: str, tmp_path) -> list[str]:
 
     body = "".join(f"try:\n    {c}\nexcept DataError as e:\n    print(e)\n"
                    for c in calls.strip().splitlines())
-    code = ("from evaluators import codeforces as cf, livecodebench as lcb\n"
+    code = ("from evaluators.benchmarks import codeforces as cf, livecodebench as lcb\n"
             "from gspo.io import DataError\n" + body)
     env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}

@@ -80,7 +80,7 @@ def _scores(report) -> list[str]:
         "(scores averaged over seeds), with an interval over training runs and problems (the "
         "likelihood-ratio interval over problems widened by the spread of each run's own Elo) "
         "and its percentile among "
-        "a reference distribution of human ratings (evaluators.codeforces; normal, mean 1400, "
+        "a reference distribution of human ratings (evaluators.benchmarks.codeforces; normal, mean 1400, "
         "sd 350: an approximation, not official data).</p>",
         table(report.table, PAGE_TABLE_COLS)]
 

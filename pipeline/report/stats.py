@@ -161,7 +161,7 @@ def _score_row(es: list[dict], *, iters: int, confidence: float, fixed: bool = F
 
 def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: float,
         per_run: list[list[float]] | None = None) -> dict:
-    """CodeForces-style Elo of one variant (evaluators.codeforces.estimate_rating): a problem
+    """CodeForces-style Elo of one variant (evaluators.benchmarks.codeforces.estimate_rating): a problem
     counts as solved when its score, averaged over seeds, is at least 0.5 (as one run's
     summary counts it); percentile among the reference ratings. {} for benchmarks whose
     problems carry no rating.
@@ -173,7 +173,7 @@ def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: floa
     this errs wide). elo_per_seed and elo_var_share_runs say what the runs contributed."""
     from statistics import NormalDist
 
-    from evaluators.codeforces import RATING_RANGE, estimate_rating
+    from evaluators.benchmarks.codeforces import RATING_RANGE, estimate_rating
 
     ratings = es[0].get("ratings") or {}
 

@@ -1,5 +1,5 @@
 """A math answer read out of a completion and compared with the gold answer: what AIME-style
-scoring decides (evaluators.aime's `score`; `score_answer(completion, answer)` is the same decision
+scoring decides (evaluators.benchmarks.aime's `score`; `score_answer(completion, answer)` is the same decision
 as 0.0 / 1.0).
 
 1. The answer is the content of the last brace-matched `\\boxed{...}` (`last_boxed`). Documented
@@ -14,7 +14,7 @@ as 0.0 / 1.0).
    `\\frac{6}{3}` equals 2. Its timeouts use SIGALRM, which only works on the main thread, so off the
    main thread it runs with its timeouts disabled (None). Contents longer than `MAX_ANSWER_CHARS`
    score 0 without parsing, which bounds the time sympy can take there. Results are memoised.
-   evaluators.aime's `score_many` therefore scores serially on the calling thread.
+   evaluators.benchmarks.aime's `score_many` therefore scores serially on the calling thread.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """LiveCodeBench-style code generation: the record layout, a loader, a tiny-problem generator
-(evaluators.lcb_generator, re-exported here) and scoring through the shared code judge
-(evaluators.judge, whose extract_code / run_tests / verdicts this module uses).
+(evaluators.benchmarks.livecodebench.generator, re-exported here) and scoring through the shared code judge
+(evaluators.benchmarks.judge, whose extract_code / run_tests / verdicts this module uses).
 
 Records use LiveCodeBench's `code_generation_lite` layout: question_title, question_content,
 platform, question_id, contest_id, contest_date (ISO), starter_code, difficulty,
@@ -12,7 +12,7 @@ problems, `solution`.
 Tests are "stdin" (the program reads the input and prints; its output is compared line by line
 after stripping, with LiveCodeBench's numeric fallback: lines that differ as text still match
 when they parse as the same list of Decimals, so `1.0` matches `1` and `2.50` matches `2.5`;
-`outputs_match`) or "functional" (`Solution().<func_name>(*args)`; see evaluators.judge). A
+`outputs_match`) or "functional" (`Solution().<func_name>(*args)`; see evaluators.benchmarks.judge). A
 problem passes only when every test passes. Programs run after LiveCodeBench's IMPORT_HEADER
 unless the record carries its own `import_header` (generated records carry an empty one).
 """
@@ -29,13 +29,12 @@ import pickle
 import zlib
 from typing import Iterable, Sequence
 
-from evaluators import judge as _judge
-from evaluators.judge import VERDICTS, extract_code  # noqa: F401 - part of this module's API
-from evaluators.lcb_generator import (  # noqa: F401 - the generator is part of this module's API
+from evaluators.benchmarks import judge as _judge
+from evaluators.benchmarks.judge import VERDICTS, extract_code  # noqa: F401 - part of this module's API
+from evaluators.benchmarks.livecodebench.generator import (  # noqa: F401 - the generator is part of this module's API
     DATE_RANGE, GENERATED_MEMORY_MB, GENERATED_TIMEOUT_S, TASK, TEMPLATE_NAMES, TEMPLATES, Template,
     draw_round_robin, encode_private_tests, generate, make_problem, release_date, split_of)
-from evaluators.math_sources import looks_offline
-from evaluators.sources import read_rows
+from evaluators.benchmarks.sources import looks_offline, read_rows
 from gspo.io import DataError
 
 DEFAULT_TIMEOUT_S = 6.0      # LiveCodeBench's per-test timeout

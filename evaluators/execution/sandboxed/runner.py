@@ -1,8 +1,8 @@
-"""The runner evaluators.batch starts in each program sandbox: shipped into the sandbox as text
-(evaluators.frames.RUNNER) and run there as its main script; never run in the harness. It reads
-one program's tests at a time from stdin (evaluators.frames.request), runs each test in a fresh
-forked child and sends one result frame per test on its channel (evaluators.frames.next_frame
-reads them); evaluators.batch's docstring says what it resets between tests and why.
+"""The runner evaluators.execution.batch starts in each program sandbox: shipped into the sandbox as text
+(evaluators.execution.frames.RUNNER) and run there as its main script; never run in the harness. It reads
+one program's tests at a time from stdin (evaluators.execution.frames.request), runs each test in a fresh
+forked child and sends one result frame per test on its channel (evaluators.execution.frames.next_frame
+reads them); evaluators.execution.batch's docstring says what it resets between tests and why.
 
 Every name is private (`_gspo_` or `_`-prefixed), and the program runs in a fresh `__main__`
 module of its own, so nothing of the runner shows in the program's globals; the program's code

@@ -14,7 +14,7 @@ a real record's is `format_prompt`: the problem, then the boxed-answer instructi
 
 Scoring (`score(record, completion)` -> {passed, answer}, the RL reward and the evaluation metric
 alike) reads the final answer out of the completion and compares it with the record's, as
-evaluators.math_answers says.
+evaluators.benchmarks.aime.answers says.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import re
 import sys
 from typing import Iterable, Sequence
 
-from evaluators import math_sources
-from evaluators.math_answers import answers_match, extract_answer, last_boxed, plain_int
+from evaluators.benchmarks.aime import sources as math_sources
+from evaluators.benchmarks.aime.answers import answers_match, extract_answer, last_boxed, plain_int
+from evaluators.benchmarks.sources import looks_offline
 from gspo.io import DataError
 
 TASK = "aime"
@@ -213,7 +214,7 @@ def _dataset(src: str, split: str, name: str | None, cache_dir):
     except DataError:
         raise
     except Exception as e:  # noqa: BLE001 - one line naming the source, whatever went wrong
-        if not path.exists() and math_sources.looks_offline(e):
+        if not path.exists() and looks_offline(e):
             raise DataError(math_sources.offline_message(src)) from None
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DataError(f"{src}: cannot load AIME data ({type(e).__name__}: {msg})") from None
@@ -282,7 +283,7 @@ def load(source, *, split: str = "train", name: str | None = None, limit: int | 
     hub dataset name (with config `name` and `split`; e.g. "HuggingFaceH4/aime_2024", split
     "train"; "opencompass/AIME2025" reads both its configs' test splits). Field spellings of public
     copies are accepted (`problem`/`Problem`/`question`, `answer`/`Answer`, `id`/`ID`, `year`,
-    `solution`), and so are DAPO-Math-17k's and OpenR1-Math-220k's layouts (evaluators.math_sources
+    `solution`), and so are DAPO-Math-17k's and OpenR1-Math-220k's layouts (evaluators.benchmarks.aime.sources
     says what is taken from each). Each record gets the project's shape: id, task="aime", prompt
     (`format_prompt`), problem, answer (an int when it is written as one, else its text, which
     scoring hands to math-verify), solution (the source's worked solution, ending in

@@ -24,7 +24,7 @@ Isolation (the default, and the only mode code benchmarks accept without an expl
   open cannot make the harness hang.
 
 `Result.status` reports how the process ended ("ok" = exit status 0). It says nothing about
-correctness: callers (evaluators.livecodebench, evaluators.codeforces) decide verdicts by
+correctness: callers (evaluators.benchmarks.livecodebench, evaluators.benchmarks.codeforces) decide verdicts by
 comparing the captured stdout or side-channel value with expected outputs the child never sees,
 so a program that exits early, fakes a verdict or lies about its exit status gains nothing.
 
@@ -36,7 +36,7 @@ into a new session can outlive the run in that mode, and run as root the process
 not enforced by the kernel. Use it only on a throw-away machine.
 
 The sandbox's makings on this machine (bwrap, the interpreter run inside, the directories
-hidden, the unsafe opt-out) come from the environment: evaluators.sandbox_env.
+hidden, the unsafe opt-out) come from the environment: evaluators.execution.sandbox_env.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ import time
 import warnings
 from typing import Iterable, Mapping
 
-from evaluators.sandbox_env import (SANDBOX_UID, UNSAFE_ENV, bwrap_path, hidden_dirs,
+from evaluators.execution.sandbox_env import (SANDBOX_UID, UNSAFE_ENV, bwrap_path, hidden_dirs,
                                     sandbox_python, switch_user, unsafe_requested)
-from evaluators.supervise import STATUSES, Result, supervise  # noqa: F401 (public here)
+from evaluators.execution.supervise import STATUSES, Result, supervise  # noqa: F401 (public here)
 
 
 DEFAULT_MAX_OUTPUT = 4 << 20

@@ -1,5 +1,5 @@
 """The code judge shared by the code benchmarks (LiveCodeBench- and CodeForces-style): extract the
-program from a completion, run it on all its tests in one sandbox (evaluators.batch: a fresh
+program from a completion, run it on all its tests in one sandbox (evaluators.execution.batch: a fresh
 forked child per test, see there), and give each test a verdict.
 
 Code extraction (`extract_code`): the content of the last ```-fenced block (a language tag on the
@@ -35,7 +35,7 @@ Verdicts, one per test (VERDICTS): "passed", "wrong answer", "time limit", "runt
 (the problem's checker failed; see above), and "skipped" (tests not run after a failure with
 stop_at_first_failure=True). Syntax is checked in the harness with `ast.parse` (parsing, never
 executing) when the sandbox runs the same Python minor version; programs run in
-evaluators.sandbox only.
+evaluators.execution.sandbox only.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from evaluators import batch, sandbox
-from evaluators.sandboxed import source
+from evaluators.execution import batch, sandbox
+from evaluators.execution.sandboxed import source
 from gspo.io import DataError
 
 VERDICTS = ("passed", "wrong answer", "time limit", "runtime error", "compile error",
@@ -89,11 +89,11 @@ def syntax_ok(code: str) -> bool | None:
         return None
 
 
-# the child side of functional tests (evaluators/sandboxed/functional.py says what it does)
+# the child side of functional tests (evaluators/execution/sandboxed/functional.py says what it does)
 DRIVER = source("functional")
 
 
-# the child side of file tests (evaluators/sandboxed/file_mode.py)
+# the child side of file tests (evaluators/execution/sandboxed/file_mode.py)
 FILE_DRIVER = source("file_mode")
 
 

@@ -3,8 +3,8 @@ program, a fresh forked child per test.
 
 Starting a sandbox and a Python interpreter costs ~20 ms on an idle core, far more than a test of
 a short program; a forked child of a warm interpreter costs ~1 ms. `run_program` starts one
-evaluators.sandbox run per program whose main script is RUNNER (evaluators/sandboxed/runner.py, shipped
-as text by evaluators.frames). RUNNER takes the results channel,
+evaluators.execution.sandbox run per program whose main script is RUNNER (evaluators/execution/sandboxed/runner.py, shipped
+as text by evaluators.execution.frames). RUNNER takes the results channel,
 makes itself non-dumpable (so no child can open /proc/<runner>/fd/* or its memory and forge a
 result) and checks that it is PID 2 of its own PID namespace (bwrap's init is PID 1); then, for
 each test:
@@ -21,7 +21,7 @@ each test:
   overflow, kills whatever is left and sends one frame (a JSON header line, then stdout, stderr
   and channel bytes) to the harness over a channel no child holds.
 
-Isolation between programs is exactly evaluators.sandbox's: each program has its own bwrap
+Isolation between programs is exactly evaluators.execution.sandbox's: each program has its own bwrap
 sandbox (namespaces, tmpfs, limits), and nothing it leaves behind survives it. Between the tests
 of one program it is nearly as strong: files, processes and the environment are reset; what
 could remain (SysV IPC objects, an abstract socket's name while nothing holds it is gone) is the
@@ -30,7 +30,7 @@ stops or kills RUNNER loses its own remaining tests ("time limit" / "runtime err
 else's.
 
 Without bwrap (the unsafe mode) there is no PID namespace to confine `kill(-1)`, so each test
-runs as its own evaluators.sandbox.run, as before.
+runs as its own evaluators.execution.sandbox.run, as before.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ import math
 import time
 from typing import Sequence
 
-from evaluators import pool, sandbox
-from evaluators.frames import RUNNER, parse_frames, request
-from evaluators.supervise import Result, _classify
+from evaluators.execution import pool, sandbox
+from evaluators.execution.frames import RUNNER, parse_frames, request
+from evaluators.execution.supervise import Result, _classify
 
 _FRAME_SLACK = 512
 _START_SLACK_S = 2.0
@@ -93,7 +93,7 @@ def _one_shot(specs: list[dict], jobs: list[dict], stop: bool, unsafe) -> tuple[
 
 
 def _pooled(specs: list[dict], stop: bool, unsafe) -> tuple[list, str, str]:
-    """The program in a warm worker (evaluators.pool): (frames, how it ended, why)."""
+    """The program in a warm worker (evaluators.execution.pool): (frames, how it ended, why)."""
     deadline = time.monotonic() + _time_limit(specs)
     frames, complete = pool.run(sandbox.backend(unsafe), request(specs, stop), deadline)
     if complete:
@@ -106,7 +106,7 @@ def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
                 unsafe: bool | None = None, pooled: bool = True) -> list[Result]:
     """Run the jobs of ONE program (sandbox.run keywords: code, stdin, timeout_s, memory_mb,
     files, args, channel, max_output, ...) in one sandbox, in order; a Result per job: in a warm
-    worker of evaluators.pool when `pooled` and the jobs fit its limits, else in a sandbox of
+    worker of evaluators.execution.pool when `pooled` and the jobs fit its limits, else in a sandbox of
     its own. With `stop_on_failure`, the jobs after the first one whose run alone fails
     (non-zero exit, time, memory or output limit) are not run and get no Result."""
     jobs = list(jobs)

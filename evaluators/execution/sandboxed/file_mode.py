@@ -4,7 +4,7 @@ solution.py as a child with no access to the channel (not inherited, fds closed)
 sends "F" + output.txt's bytes (at most argv[1] + 1 of them) or "N" when there is no regular
 file output.txt, and ends the way the child did. It decides nothing: the harness compares.
 
-Shipped into the sandbox as text (evaluators.judge.FILE_DRIVER) and run there as its main
+Shipped into the sandbox as text (evaluators.benchmarks.judge.FILE_DRIVER) and run there as its main
 script; never run in the harness."""
 
 import os as _os, signal as _signal, stat as _stat, subprocess as _sp, sys as _sys

@@ -6,11 +6,11 @@ title, description, input_format, output_format, rating (800..3500), time_limit 
 memory_limit (MB), tests (or official_tests) as a list of {input, output}, optional examples,
 input_mode ('stdio' or 'file'), generated_checker (a Python checker or None), plus the project's
 id / task ("cf") / prompt / solution. Real data (open-r1/codeforces with its generated_tests
-folder for `load`, open-r1/codeforces-cots for `load_sft`) is read by evaluators.code_sources,
+folder for `load`, open-r1/codeforces-cots for `load_sft`) is read by evaluators.benchmarks.codeforces.sources,
 whose docstring gives the published layouts and what is taken from each.
 
-Scoring runs the extracted program through the shared code judge (evaluators.judge) on every
-test in evaluators.sandbox with the record's time and memory limits; with input_mode 'file' the
+Scoring runs the extracted program through the shared code judge (evaluators.benchmarks.judge) on every
+test in evaluators.execution.sandbox with the record's time and memory limits; with input_mode 'file' the
 program reads input.txt and writes output.txt in its working directory (a missing output.txt is
 a wrong answer). Output is compared the way Codeforces' default checker does (`tokens_match`,
 the comparison this module gives the judge): as whitespace-separated tokens; tokens that differ
@@ -40,12 +40,13 @@ import random
 from statistics import NormalDist
 from typing import Iterable, Sequence
 
-from evaluators import code_sources, judge
-from evaluators.code_sources import (  # noqa: F401 - part of this module's API
+from evaluators.benchmarks.codeforces import sources as code_sources
+from evaluators.benchmarks import judge
+from evaluators.benchmarks.codeforces.sources import (  # noqa: F401 - part of this module's API
     REQUIRED_FIELDS, TASK, format_prompt, normalize, tests_of)
 # The same split rule (a hash of the statement) and template rotation as LiveCodeBench-style
 # problems; split_of is re-exported as this module's own.
-from evaluators.lcb_generator import draw_round_robin, split_of  # noqa: F401
+from evaluators.benchmarks.splits import draw_round_robin, split_of  # noqa: F401
 from gspo.io import DataError
 
 MIN_RATING, MAX_RATING = 800, 3500
@@ -256,7 +257,7 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading open-r1's data (evaluators.code_sources)
+# Loading open-r1's data (evaluators.benchmarks.codeforces.sources)
 
 def load(source, *, split: str = "train", config: str | None = None,
          min_rating: int | None = None, max_rating: int | None = None,

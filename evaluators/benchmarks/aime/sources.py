@@ -1,4 +1,4 @@
-"""The public math datasets' published layouts, turned into the plain rows evaluators.aime.load
+"""The public math datasets' published layouts, turned into the plain rows evaluators.benchmarks.aime.load
 reads (problem / answer / solution / id), and the hub names that need more than one config.
 
 Layouts (see the dataset cards; `layout_of` tells them apart by their columns):
@@ -104,14 +104,6 @@ def offline_message(name: str) -> str:
     return (f"{name}{what}: not in the local Hugging Face cache and no network; download it with "
             f"`huggingface-cli download {name} --repo-type dataset` or point data.files at local "
             "files")
-
-
-def looks_offline(err: BaseException) -> bool:
-    """Whether a `datasets` failure means the hub could not be reached."""
-    text = f"{type(err).__name__} {err}"
-    return any(s in text for s in ("ConnectionError", "Couldn't reach", "LocalEntryNotFound",
-                                   "OfflineModeIsEnabled", "Name or service not known",
-                                   "offline mode"))
 
 
 def hub_rows(load, name: str) -> list[dict]:

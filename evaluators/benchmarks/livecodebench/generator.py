@@ -1,5 +1,5 @@
 """The LiveCodeBench-style problem generator: tiny problems in LiveCodeBench's record layout
-(see evaluators.livecodebench), which re-exports everything here.
+(see evaluators.benchmarks.livecodebench), which re-exports everything here.
 
 The problems are ones the `tiny` character-level model can learn: a few templates (read input,
 compute, print; or a one-line Solution method) with varying constants, prompts under 120
@@ -8,23 +8,22 @@ a release date (a hash of its text, spread over DATE_RANGE), so the contaminatio
 (`livecodebench.filter_by_date`, `--start-date/--end-date` on contest_date) selects a real subset.
 
 A problem's split, tests and release date depend on its statement alone, so splits are disjoint
-whatever the seeds. `split_of` and `draw_round_robin` are shared with the CodeForces-style
-generator (evaluators.codeforces).
+whatever the seeds (evaluators.benchmarks.splits, shared with the CodeForces-style generator).
 """
 
 from __future__ import annotations
 
 import base64
-import collections
 import dataclasses
 import datetime as _dt
 import hashlib
-import itertools
 import json
 import pickle
 import random
 import zlib
 from typing import Iterable, Sequence
+
+from evaluators.benchmarks.splits import draw_round_robin, split_of
 
 TASK = "lcb"
 GENERATED_TIMEOUT_S = 2.0
@@ -87,12 +86,6 @@ TEMPLATES: tuple[Template, ...] = (
              "list", "c", "class Solution:\n    def c(self, a: List[int]) -> int:\n        ", "k"),
 )
 TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)
-
-
-def split_of(problem: str, test_fraction: float = 0.1) -> str:
-    """'test' or 'train', decided by a hash of the problem text alone."""
-    h = int.from_bytes(hashlib.sha256(problem.encode()).digest()[:8], "big")
-    return "test" if (h % 10_000) < test_fraction * 10_000 else "train"
 
 
 def _problem_rng(statement: str) -> random.Random:
@@ -226,34 +219,3 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
     return [{"id": f"{TASK}-{split}-{seed}-{i:05d}", "task": TASK, **make_problem(t, consts)}
             for i, (t, consts) in enumerate(draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
                                                              test_fraction=test_fraction))]
-
-
-def draw_round_robin(templates: Sequence, n: int, *, task: str, split: str, seed: int,
-                     test_fraction: float) -> list[tuple]:
-    """`n` (template, constants) pairs whose statements fall in `split`, templates taken in turn.
-
-    Each template's constant combinations (its `consts`: (name, lo, hi) ranges) are shuffled once
-    by a generator seeded with (task, split, seed) and drawn without replacement, so no statement
-    repeats; a template that runs out drops out of the rotation. Raises ValueError when fewer than
-    `n` exist. Shared by the LiveCodeBench- and CodeForces-style generators.
-    """
-    rng = random.Random(f"{task}:{split}:{seed}")
-    pools = []
-    for t in templates:
-        keys = [k for k, _, _ in t.consts]
-        combos = [dict(zip(keys, vals)) for vals in
-                  itertools.product(*[range(lo, hi + 1) for _, lo, hi in t.consts])]
-        combos = [c for c in combos if split_of(t.statement.format(**c), test_fraction) == split]
-        rng.shuffle(combos)
-        pools.append((t, collections.deque(combos)))
-    out: list[tuple] = []
-    while len(out) < n:
-        live = [(t, pool) for t, pool in pools if pool]
-        if not live:
-            raise ValueError(f"only {len(out)} distinct {split} problems exist for templates "
-                             f"{[t.name for t in templates]}; asked for {n}")
-        for t, pool in live:
-            if len(out) == n:
-                break
-            out.append((t, pool.popleft()))
-    return out

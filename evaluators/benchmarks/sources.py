@@ -141,3 +141,11 @@ def iter_rows(source, load_hub: Callable[[str], Iterable]) -> Iterator[tuple[str
 def read_rows(source, load_hub: Callable[[str], Iterable]) -> list[tuple[str, dict]]:
     """All of iter_rows(source, load_hub) as a list."""
     return list(iter_rows(source, load_hub))
+
+
+def looks_offline(err: BaseException) -> bool:
+    """Whether a `datasets` failure means the hub could not be reached."""
+    text = f"{type(err).__name__} {err}"
+    return any(s in text for s in ("ConnectionError", "Couldn't reach", "LocalEntryNotFound",
+                                   "OfflineModeIsEnabled", "Name or service not known",
+                                   "offline mode"))

@@ -3,7 +3,7 @@ executes solution.py in its own namespace, calls the function and writes one JSO
 side channel, then leaves without running user atexit handlers. It decides nothing: the harness
 compares the value it reads with the expected output, which the child never sees.
 
-Shipped into the sandbox as text (evaluators.judge.DRIVER) and run there as its main script;
+Shipped into the sandbox as text (evaluators.benchmarks.judge.DRIVER) and run there as its main script;
 never run in the harness."""
 
 import json as _json, os as _os, sys as _sys

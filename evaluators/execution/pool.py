@@ -1,9 +1,9 @@
-"""Warm program sandboxes: each worker is one bwrap sandbox running evaluators/sandboxed/runner.py, which
+"""Warm program sandboxes: each worker is one bwrap sandbox running evaluators/execution/sandboxed/runner.py, which
 stays up and runs program after program, each test in a fresh forked child.
 
 A sandbox and interpreter start (~20 ms) is then paid once per worker, not once per program or
 test. Between two programs the runner resets everything a program can leave behind in its
-sandbox (evaluators/sandboxed/runner.py's `_gspo_reset`): it kills every process but itself and bwrap's init and
+sandbox (evaluators/execution/sandboxed/runner.py's `_gspo_reset`): it kills every process but itself and bwrap's init and
 waits until /proc lists none, empties /tmp and /dev/shm (the only writable file systems: /dev is
 mounted read-only in a worker), removes every SysV shared-memory segment, semaphore set and
 message queue, and empties the user, user-session and persistent keyrings; POSIX message queues
@@ -35,9 +35,9 @@ import threading
 import time
 import warnings
 
-from evaluators import sandbox
-from evaluators.frames import RUNNER, next_frame, request
-from evaluators.supervise import _open_pid1, terminate
+from evaluators.execution import sandbox
+from evaluators.execution.frames import RUNNER, next_frame, request
+from evaluators.execution.supervise import _open_pid1, terminate
 
 POOL_MEMORY_MB = 4096
 POOL_TMP_MB = 64

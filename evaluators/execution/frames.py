@@ -1,5 +1,5 @@
-"""The in-sandbox runner's protocol, shared by evaluators.batch (one sandbox per program) and
-evaluators.pool (warm sandboxes): the runner's program text, one program's request to it and
+"""The in-sandbox runner's protocol, shared by evaluators.execution.batch (one sandbox per program) and
+evaluators.execution.pool (warm sandboxes): the runner's program text, one program's request to it and
 the result frames it sends back. Runs in the harness only.
 
 A request is 8 bytes of length (big-endian), then JSON {"tests": [...], "stop": bool}. A frame is
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 
-from evaluators.sandboxed import source
+from evaluators.execution.sandboxed import source
 
-# evaluators/sandboxed/runner.py as text: the sandbox runs it as its main script
+# evaluators/execution/sandboxed/runner.py as text: the sandbox runs it as its main script
 RUNNER = source("runner")
 
 

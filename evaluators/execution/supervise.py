@@ -1,4 +1,4 @@
-"""Watch one sandboxed child (evaluators.sandbox): read its stdout, stderr and side channel
+"""Watch one sandboxed child (evaluators.execution.sandbox): read its stdout, stderr and side channel
 through size caps until EOF, the wall deadline or an overflow, then kill whatever is left of it
 (the sandbox's PID 1 through a pidfd, the process group) and reap it, so that no stray process
 or zombie remains and a descendant holding the pipes open cannot make the harness hang."""

@@ -1,5 +1,5 @@
-"""CodeForces data as open-r1 publishes it, turned into the records evaluators.codeforces scores
-(`load`, for RL and test) and trains on (`load_sft`). Rows come through evaluators.sources: a local
+"""CodeForces data as open-r1 publishes it, turned into the records evaluators.benchmarks.codeforces scores
+(`load`, for RL and test) and trains on (`load_sft`). Rows come through evaluators.benchmarks.sources: a local
 .parquet/.jsonl/.json file or a folder of them, or a hub name read with `datasets` (config and
 split; without network and cache, one DataError line naming the dataset and what to download).
 
@@ -38,8 +38,7 @@ import sys
 from collections import Counter
 from typing import Iterable, Iterator
 
-from evaluators.math_sources import looks_offline
-from evaluators.sources import iter_rows, parquet_batches, parquet_schema
+from evaluators.benchmarks.sources import iter_rows, looks_offline, parquet_batches, parquet_schema
 from gspo.io import DataError
 
 TASK = "cf"
@@ -320,7 +319,7 @@ def load(source, *, split: str = "train", config: str | None = None,
          min_rating: int | None = None, max_rating: int | None = None,
          limit: int | None = None, skip_unusable: bool = True,
          generated_tests=None) -> list[dict]:
-    """See evaluators.codeforces.load."""
+    """See evaluators.benchmarks.codeforces.load."""
     src = str(source)
     folder = pathlib.Path(generated_tests) if generated_tests is not None else None
     if folder is not None and not folder.exists():
@@ -380,7 +379,7 @@ def _sft_prompt(row: dict, where: str) -> str:
 
 def load_sft(source, *, limit: int | None = None, config: str | None = None,
              split: str = "train") -> list[dict]:
-    """See evaluators.codeforces.load_sft."""
+    """See evaluators.benchmarks.codeforces.load_sft."""
     src = str(source)
     rows = iter_rows(source, lambda name: hub_dataset(
         name, config or SFT_DEFAULT_CONFIG.get(name), split))

@@ -1,11 +1,11 @@
-"""What the sandbox (evaluators.sandbox) is built from on this machine, read from the environment:
+"""What the sandbox (evaluators.execution.sandbox) is built from on this machine, read from the environment:
 the bwrap binary, the interpreter programs run under, the directories hidden from them, whether
 the unsafe mode was asked for, and the user bwrap starts as when the harness is root.
 
 Environment knobs: GSPO_SANDBOX_BWRAP (path of the bwrap binary), GSPO_SANDBOX_PYTHON (the
 interpreter run inside; it must be readable by the sandbox user; by default the harness's own
 interpreter when it is, else /usr/bin/python3), GSPO_SANDBOX_HIDE (extra directories, separated
-by ':', to hide from programs), GSPO_UNSAFE_SANDBOX=1 (the unsafe mode: evaluators.sandbox).
+by ':', to hide from programs), GSPO_UNSAFE_SANDBOX=1 (the unsafe mode: evaluators.execution.sandbox).
 """
 
 from __future__ import annotations
