@@ -7,45 +7,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# Built in seconds: each xdist worker may build its own. Every other module- or session-scoped
-# fixture is expensive (a workflow run, a trained model, a server), so the tests sharing one run
-# on one worker (pytest-xdist's loadgroup), which builds it once.
-CHEAP_SHARED = {"tiny_model_dir", "tiny_moe_model_dir", "toy_data", "toy_sft_model",
-                "tmp_path_factory", "worker_id", "testrun_uid"}
-# Fixtures that take minutes: their groups start first, so that no worker waits on one at the end.
-LONGEST = {"smoke", "rehearsal", "shrunk_zoo"}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Mark the tests that share an expensive fixture, directly or through another test, with
-    one xdist_group (union-find over the fixtures), and order the longest work first: the
-    LONGEST groups, the other groups, the `slow` tests, the rest (stable within each)."""
-    parent: dict[str, str] = {}
-
-    def root(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    shared_of = {}
-    for item in items:
-        defs = item._fixtureinfo.name2fixturedefs   # the fixtures' scopes: no public accessor
-        shared = [f"{d[-1].baseid}::{name}" for name, d in defs.items()
-                  if d[-1].scope in ("module", "session") and name not in CHEAP_SHARED]
-        for a, b in zip(shared, shared[1:] + shared[:1]):
-            parent[root(a)] = root(b)
-        shared_of[item] = shared
-    longest = {root(f) for f in list(parent) if f.rsplit("::", 1)[1] in LONGEST}
-    rank = {}
-    for item, shared in shared_of.items():
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(root(shared[0])))
-        rank[item] = (0 if shared and root(shared[0]) in longest else 1 if shared
-                      else 2 if item.get_closest_marker("slow") else 3)
-    items.sort(key=rank.__getitem__)
-
-
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
     """The two smoke workflow runs from scratch (tests/test_workflow.py's smoke_runs), made once
