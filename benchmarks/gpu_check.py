@@ -13,7 +13,7 @@ nothing), and the data are generated AIME-style problems (evaluators.benchmarks.
 own try/except (a failed phase is reported and the next one still runs, from the last good model):
 
 - build: the random model and the generated data;
-- sft: gspo.sft.run_sft, precision bf16 (autocast over fp32 master weights in a world of one),
+- sft: gspo.sft.run_sft, precision bfloat16 (autocast over fp32 master weights in a world of one),
   activation checkpointing, chunked log-probs, token-budget micro-batches;
 - rl: gspo.trainer.Trainer (GSPO), rollouts by vLLM colocated on the same GPU (bfloat16, sleep
   mode: asleep while the trainer runs), the weight sync after every step; sync time measured
@@ -71,12 +71,12 @@ PHASES = ("build", "sft", "rl", "eval")
 
 # per mode: what a check does unless a flag says otherwise
 DEFAULTS = {
-    "gpu": dict(shape="Qwen3-1.7B", engine="vllm", precision="bf16", sft_steps=5, sft_batch=32,
+    "gpu": dict(shape="Qwen3-1.7B", engine="vllm", precision="bfloat16", sft_steps=5, sft_batch=32,
                 sft_max_len=1024, rl_steps=3, prompts=16, group=8, minibatches=2,
                 max_new_tokens=512, micro_tokens=16384, logprob_chunk=1024, eval_problems=32,
                 eval_samples=4, max_model_len=1024, gpu_memory_utilization=0.5,
                 peak_flops=H100_BF16, difficulty=(40, 99), threads=0),
-    "smoke": dict(shape="tiny", engine="torch", precision="fp32", sft_steps=3, sft_batch=8,
+    "smoke": dict(shape="tiny", engine="torch", precision="float32", sft_steps=3, sft_batch=8,
                   sft_max_len=128, rl_steps=2, prompts=4, group=4, minibatches=2,
                   max_new_tokens=24, micro_tokens=256, logprob_chunk=16, eval_problems=8,
                   eval_samples=2, max_model_len=256, gpu_memory_utilization=0.0,
@@ -244,7 +244,7 @@ class Check:
         vllm = a.engine == "vllm"
         rollout = RolloutConfig(
             engine=a.engine, device=self.device,
-            dtype="bfloat16" if a.precision == "bf16" else "float32",
+            dtype=a.precision,
             sleep=vllm and self.cuda,
             gpu_memory_utilization=a.gpu_memory_utilization if vllm else 0.0,
             max_model_len=a.max_model_len if vllm else 0)
@@ -327,7 +327,7 @@ class Check:
         model = self.latest_model()
         cfg = EvalConfig(benchmark="aime", data=str(self.data("test")), engine=a.engine,
                          device=self.device,
-                         dtype="bfloat16" if a.precision == "bf16" else "float32",
+                         dtype=a.precision,
                          gpu_memory_utilization=a.gpu_memory_utilization if vllm else 0.0,
                          max_model_len=a.max_model_len if vllm else 0, samples=a.eval_samples,
                          max_new_tokens=a.max_new_tokens, limit=a.eval_problems,

@@ -34,7 +34,7 @@ RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.
 
 def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,
                     meta: dict | None = None, weights: dict | None = None,
-                    precision: str = "fp32") -> pathlib.Path:
+                    precision: str = "float32") -> pathlib.Path:
     """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state + META) via a temp dir +
     rename. `weights`: the full state dict to write when `model` itself is sharded."""
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
@@ -51,7 +51,7 @@ def save_model_files(model, folder, weights: dict | None, precision: str) -> Non
     state dict when `model` is sharded): bf16 training writes bf16 files, as published
     checkpoints are, half the size of its fp32 master weights (33 GB for an 8B model). The
     masters an exact resume needs go into the RL checkpoint's Distributed Checkpoint, sharded."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
     if dtype != torch.float32:
         weights = {k: v.to(dtype) if v.is_floating_point() else v
                    for k, v in (model.state_dict() if weights is None else weights).items()}
@@ -248,7 +248,7 @@ def signals_deferred():
 
 
 def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, state: dict,
-                       meta: dict, precision: str = "fp32") -> pathlib.Path:
+                       meta: dict, precision: str = "float32") -> pathlib.Path:
     """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files in its compute precision
     (save_model_files; full tensors, sharded gathered on rank 0 in CPU memory: what evaluation
     and vLLM load), the optimizer state (and with bf16 files the fp32 master weights) as a
@@ -259,7 +259,7 @@ def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, stat
     signal arriving meanwhile takes effect once it is written (signals_deferred)."""
     with signals_deferred():
         return _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world,
-                                   {**state, "masters": precision != "fp32"}, meta, precision)
+                                   {**state, "masters": precision != "float32"}, meta, precision)
 
 
 def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta, precision):

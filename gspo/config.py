@@ -116,10 +116,12 @@ LOGPROB_CHUNK_HELP = (
 ACTIVATION_CHECKPOINTING_HELP = (
     "recompute each decoder layer's activations in the backward pass instead of keeping them "
     "(about a third more compute, activations of one layer at a time); dense models only")
+# The one precision vocabulary: torch's dtype names, for the trainer and the engines alike.
+PRECISIONS = ("float32", "bfloat16")
 PRECISION_HELP = (
-    "training precision: fp32, or bf16 (bf16 parameters and compute, fp32 gradient reduction, "
-    "fp32 master weights and optimizer state; FSDP2's MixedPrecisionPolicy under torchrun, "
-    "autocast in a world of one)")
+    "training precision: float32, or bfloat16 (bf16 parameters and compute, fp32 gradient "
+    "reduction, fp32 master weights and optimizer state; FSDP2's MixedPrecisionPolicy under "
+    "torchrun, autocast in a world of one)")
 
 
 @dataclass
@@ -143,7 +145,7 @@ class TrainConfig:
     max_tokens_per_micro_batch: int = option(0, "token budget of a forward/backward (0: off)")
     logprob_chunk: int = option(0, LOGPROB_CHUNK_HELP)
     activation_checkpointing: bool = option(False, ACTIVATION_CHECKPOINTING_HELP)
-    precision: str = option("fp32", PRECISION_HELP)
+    precision: str = option("float32", PRECISION_HELP)
     prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
                                   "input (gspo.tokens): raw text or the chat template")
     seed: int = option(0, "seed of data order")
@@ -156,8 +158,8 @@ class TrainConfig:
         check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         check(self.max_tokens_per_micro_batch >= 0, "max_tokens_per_micro_batch", "must be >= 0")
         check(self.logprob_chunk >= 0, "logprob_chunk", "must be >= 0 (0: no chunking)")
-        check(self.precision in ("fp32", "bf16"), "precision",
-              f"must be fp32 or bf16, got {self.precision!r}")
+        check(self.precision in PRECISIONS, "precision", f"must be float32 or bfloat16 (the "
+              f"engines' dtype names, as rollout.dtype), got {self.precision!r}")
 
 
 @dataclass

@@ -124,16 +124,16 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return list(model.get_decoder().layers)
 
 
-def shard(model, world: World, precision: str = "fp32"):
+def shard(model, world: World, precision: str = "float32"):
     """FSDP2 over the world: each decoder layer, then the root (gradients averaged over ranks;
-    see grad_scale). precision "bf16": bf16 parameters and compute, fp32 gradient reduction
+    see grad_scale). precision "bfloat16": bf16 parameters and compute, fp32 gradient reduction
     (the sharded fp32 parameters stay the master weights the optimizer updates)."""
     if not world.distributed:
         return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-          if precision == "bf16" else MixedPrecisionPolicy())
+          if precision == "bfloat16" else MixedPrecisionPolicy())
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
@@ -149,7 +149,7 @@ def shard(model, world: World, precision: str = "fp32"):
     return model
 
 
-def load_sharded(path, world: World, device: str, precision: str = "fp32", prepare=None):
+def load_sharded(path, world: World, device: str, precision: str = "float32", prepare=None):
     """(model, tokenizer) of the model directory `path`, on `device` and sharded over the world
     (shard). `prepare(model)` runs on the whole, unsharded module first (activation
     checkpointing, checks).
@@ -192,7 +192,7 @@ def compute_precision(precision: str, device: str, world: World):
     the master weights. The two bf16 paths round differently (autocast keeps some ops in fp32),
     so bf16 numbers match across world sizes only to bf16 precision; fp32 ones to float
     rounding."""
-    if precision == "bf16" and not world.distributed:
+    if precision == "bfloat16" and not world.distributed:
         return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

@@ -58,7 +58,7 @@ def initial_model(model: str, init_seed: int, work_dir: pathlib.Path, build: boo
 
 @torch.no_grad()
 def greedy_decode(model, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int],
-                  world: dist.World = dist.World(), precision: str = "fp32") -> list[list[int]]:
+                  world: dist.World = dist.World(), precision: str = "float32") -> list[list[int]]:
     """Greedy completions (stop token included) of `prompts` by the model's own forward with
     its KV cache. Sharded, every rank calls it with its own prompts (maybe none) and the
     ranks step together until all are done: each forward gathers the layers' shards from
@@ -96,7 +96,7 @@ def greedy_decode(model, prompts: list[list[int]], max_new_tokens: int, stop_ids
 
 def greedy_accuracy(model, codec: tokens.Codec, records: list[dict], max_new_tokens: int,
                     scorer: Scorer, world: dist.World = dist.World(),
-                    precision: str = "fp32") -> float:
+                    precision: str = "float32") -> float:
     """Share of records solved by greedy decoding (a quick progress signal, not the
     evaluation), on every rank; sharded, each rank decodes and scores its slice of them."""
     share = -(-len(records) // world.size)

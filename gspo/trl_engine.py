@@ -64,7 +64,7 @@ FIELDS: dict[str, str] = {
     "max_tokens_per_micro_batch": "refused unless 0 (TRL has no token budget)",
     "logprob_chunk": "refused unless 0",
     "activation_checkpointing": "`gradient_checkpointing`",
-    "precision": "`bf16` (TRL: autocast over fp32 weights)",
+    "precision": "`bf16` for bfloat16 (TRL: autocast over fp32 weights)",
     "prompt": "the Codec renders the prompt text TRL receives",
     "lr": "`learning_rate`, `lr_scheduler_type=constant_with_warmup`, `adam_beta2=0.99`",
     "warmup_steps": "`warmup_steps` x minibatches x epochs",
@@ -202,7 +202,7 @@ def grpo_args(cfg: RLConfig, world_size: int = 1) -> dict:
         adam_beta1=0.9, adam_beta2=0.99, max_grad_norm=cfg.grad_clip,
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=0,
         max_completion_length=cfg.max_new_tokens,
-        gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bf16",
+        gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bfloat16",
         use_cpu=cfg.device == "cpu", seed=cfg.seed, report_to="none", save_only_model=False,
         disable_tqdm=False, remove_unused_columns=False, use_vllm=False)
 

@@ -63,7 +63,7 @@ FIELDS: dict[str, str] = {
     "max_tokens_per_micro_batch": "refused unless 0 (TRL has no token budget)",
     "logprob_chunk": "refused unless 0",
     "activation_checkpointing": "`gradient_checkpointing`",
-    "precision": "`bf16` (autocast over fp32 weights); bf16 model files as the native stage",
+    "precision": "`bf16` for bfloat16 (autocast over fp32 weights); bf16 model files as the native stage",
     "prompt": "the Codec renders the prompt and response tokens TRL receives "
               "(`completion_only_loss`)",
     "eval_every": "the greedy check every eval_every steps, from a callback",
@@ -102,7 +102,7 @@ def sft_args(cfg: SFTConfig, world_size: int = 1) -> dict:
     return dict(
         max_steps=cfg.steps, per_device_train_batch_size=micro,
         gradient_accumulation_steps=share // micro, max_grad_norm=cfg.grad_clip,
-        gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bf16",
+        gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bfloat16",
         use_cpu=cfg.device == "cpu", seed=cfg.seed, completion_only_loss=True, max_length=None,
         train_sampling_strategy="sequential", logging_steps=1, save_strategy="no",
         report_to="none", disable_tqdm=False, dataset_num_proc=None)

@@ -65,7 +65,7 @@ FIELDS: dict[str, str] = {
     "max_tokens_per_micro_batch": "`actor.use_dynamic_bsz`, `actor.ppo_max_token_len_per_gpu`",
     "logprob_chunk": "refused unless 0",
     "activation_checkpointing": "`model.enable_gradient_checkpointing`",
-    "precision": "bf16: verl's mixed precision; fp32 refused",
+    "precision": "bfloat16: verl's mixed precision; float32 refused",
     "prompt": "chat: verl renders the chat template (`system` as a system turn, "
               "`enable_thinking` in `data.apply_chat_template_kwargs`); raw refused",
     "lr": "`actor.optim.lr` (verl's schedule is constant after warm-up, as ours), AdamW betas "
@@ -141,7 +141,8 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
              f"{d[field]!r}: verl has no such setting here; leave it at {base[field]!r} or 0")
     need(cfg.log_ratio_clamp == DEFAULT_LOG_RATIO_CLAMP, "log_ratio_clamp",
          f"verl's clamps are fixed; leave it at {DEFAULT_LOG_RATIO_CLAMP}")
-    need(cfg.precision == "bf16", "precision", "verl trains in bf16 mixed precision: set bf16")
+    need(cfg.precision == "bfloat16", "precision",
+         "verl trains in bf16 mixed precision: set bfloat16")
     need(cfg.prompt.format == "chat", "prompt", "verl renders every prompt with the model's chat "
          "template: set prompt.format: chat")
     need(cfg.device.startswith("cuda"), "device", f"{cfg.device!r}: verl runs on GPUs only: "

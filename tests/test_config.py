@@ -92,8 +92,9 @@ def test_a_vllm_knob_out_of_range_names_the_field_and_the_range(tmp_path):
     with pytest.raises(ConfigError, match=r"rollout.sleep: is vLLM's sleep mode: it needs engine: "
                                           r"vllm and a cuda device"):
         load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nrollout: {engine: vllm, sleep: true}\n"))
-    with pytest.raises(ConfigError, match=r"precision: must be fp32 or bf16, got 'fp16'"):
-        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nprecision: fp16\n"))
+    with pytest.raises(ConfigError, match=r"precision: must be float32 or bfloat16 \(the engines' "
+                                          r"dtype names, as rollout.dtype\), got 'bf16'"):
+        load(RLConfig, write(tmp_path, "train_data: [{path: a}]\nprecision: bf16\n"))
 
 
 def _schema_defaults_vs(cls, node, schema, path) -> list[str]:

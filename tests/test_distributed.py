@@ -121,7 +121,7 @@ def sft_runs(tmp_path_factory):
     write_jsonl(aime.generate(32, split="train", seed=0, difficulty="easy"), data)
     out = {}
     for n in (1, 2):
-        for precision in ("fp32", "bf16"):
+        for precision in ("float32", "bfloat16"):
             name = f"sft{n}-{precision}"
             torchrun(n, "-m", "pipeline.sft", "--config",
                      _sft_config(root, data, name, precision=precision))
@@ -129,7 +129,7 @@ def sft_runs(tmp_path_factory):
     # the chunked log-prob path (logprob_chunk: decoder, then the LM head in chunks), sharded
     torchrun(2, "-m", "pipeline.sft", "--config",
              _sft_config(root, data, "sft2-chunked", logprob_chunk=16))
-    out[2, "fp32-chunked"] = root / "sft2-chunked"
+    out[2, "float32-chunked"] = root / "sft2-chunked"
     return out
 
 
@@ -137,16 +137,16 @@ def sft_runs(tmp_path_factory):
 def test_sft_on_two_ranks_logs_the_metrics_and_ends_at_the_weights_of_one_rank(sft_runs):
     from safetensors.torch import load_file
 
-    one, two = _metrics(sft_runs[1, "fp32"]), _metrics(sft_runs[2, "fp32"])
+    one, two = _metrics(sft_runs[1, "float32"]), _metrics(sft_runs[2, "float32"])
     assert [r["step"] for r in one] == [r["step"] for r in two] == [1, 2, 3, 4]
     for a, b in zip(one, two):
         for k in ("loss", "grad_norm", "tokens_trained", "compute_flops", "greedy_accuracy"):
             if k in a or k in b:
                 assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (a["step"], k)
     assert "greedy_accuracy" in two[2] and "greedy_accuracy" in two[-1]   # the sharded check ran
-    w1 = load_file(str(sft_runs[1, "fp32"] / "model" / "model.safetensors"))
-    w2 = load_file(str(sft_runs[2, "fp32"] / "model" / "model.safetensors"))
-    init = load_file(str(sft_runs[1, "fp32"] / "init" / "model.safetensors"))
+    w1 = load_file(str(sft_runs[1, "float32"] / "model" / "model.safetensors"))
+    w2 = load_file(str(sft_runs[2, "float32"] / "model" / "model.safetensors"))
+    init = load_file(str(sft_runs[1, "float32"] / "init" / "model.safetensors"))
     assert w1.keys() == w2.keys()
     for k in w1:
         assert (w2[k] - w1[k]).norm() <= 1e-5 * w1[k].norm(), k
@@ -159,10 +159,10 @@ def test_the_chunked_head_on_two_ranks_trains_as_the_whole_logits_on_one(sft_run
     # must still gather the root's parameters (embeddings, norm, head) and reduce their grads
     from safetensors.torch import load_file
 
-    one, two = _metrics(sft_runs[1, "fp32"]), _metrics(sft_runs[2, "fp32-chunked"])
+    one, two = _metrics(sft_runs[1, "float32"]), _metrics(sft_runs[2, "float32-chunked"])
     assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=1e-4)
-    w1 = load_file(str(sft_runs[1, "fp32"] / "model" / "model.safetensors"))
-    w2 = load_file(str(sft_runs[2, "fp32-chunked"] / "model" / "model.safetensors"))
+    w1 = load_file(str(sft_runs[1, "float32"] / "model" / "model.safetensors"))
+    w2 = load_file(str(sft_runs[2, "float32-chunked"] / "model" / "model.safetensors"))
     for k in w1:
         assert (w2[k] - w1[k]).norm() <= 1e-5 * w1[k].norm(), k
 
@@ -173,20 +173,20 @@ def test_bf16_training_computes_in_bf16_and_publishes_bf16_files(sft_runs):
 
     from safetensors.torch import load_file
 
-    fp32 = _metrics(sft_runs[1, "fp32"])
+    fp32 = _metrics(sft_runs[1, "float32"])
     for n in (1, 2):
-        bf16 = _metrics(sft_runs[n, "bf16"])
+        bf16 = _metrics(sft_runs[n, "bfloat16"])
         # the losses follow fp32's to bf16 precision, but not exactly: compute ran in bf16
         assert [r["loss"] for r in bf16] == pytest.approx([r["loss"] for r in fp32], rel=3e-2)
         assert any(a["loss"] != b["loss"] for a, b in zip(bf16, fp32))
         # the files in the compute precision, as published checkpoints are (the fp32 masters
         # an exact resume needs: test_trainer's bf16 resume)
-        weights = load_file(str(sft_runs[n, "bf16"] / "model" / "model.safetensors"))
+        weights = load_file(str(sft_runs[n, "bfloat16"] / "model" / "model.safetensors"))
         assert all(t.dtype == torch.bfloat16 and torch.isfinite(t).all() for t in weights.values())
-        conf = json.loads((sft_runs[n, "bf16"] / "model" / "config.json").read_text())
+        conf = json.loads((sft_runs[n, "bfloat16"] / "model" / "config.json").read_text())
         assert conf["dtype"] == "bfloat16"
     # autocast (one rank) and FSDP's mixed precision (two) agree to bf16 precision
-    one, two = _metrics(sft_runs[1, "bf16"]), _metrics(sft_runs[2, "bf16"])
+    one, two = _metrics(sft_runs[1, "bfloat16"]), _metrics(sft_runs[2, "bfloat16"])
     assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], rel=3e-2)
 
 

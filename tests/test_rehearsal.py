@@ -83,7 +83,7 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
     sft = json.loads((out / "sft" / "summary.json").read_text())
     assert sft["world_size"] == 2 and sft["steps"] == 20
     cfg = yaml.safe_load((out / "config" / "sft.yaml").read_text())
-    assert cfg["precision"] == "bf16" and cfg["prompt"]["format"] == "chat"
+    assert cfg["precision"] == "bfloat16" and cfg["prompt"]["format"] == "chat"
     for algo in ("grpo", "gspo"):
         rl = json.loads((out / "rl" / algo / "seed0" / "summary.json").read_text())
         assert rl["world_size"] == 2 and rl["steps"] == 2 and rl["tokens_generated"] > 0
@@ -93,7 +93,7 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
     trl = json.loads((out / "rl" / "gspo-trl" / "seed0" / "summary.json").read_text())
     assert (trl["engine"], trl["world_size"], trl["steps"]) == ("trl", 2, 2)
     tcfg = yaml.safe_load((out / "config" / "rl" / "gspo-trl-seed0.yaml").read_text())
-    assert (tcfg["engine"], tcfg["precision"]) == ("trl", "bf16")
+    assert (tcfg["engine"], tcfg["precision"]) == ("trl", "bfloat16")
     # real-scale's peak_flops gives MFU under TRL too, from the harness's clock
     trl_recs = [json.loads(x) for x in (out / "rl" / "gspo-trl" / "seed0" / "metrics.jsonl").open()]
     assert trl_recs and all(r["mfu_rollout"] > 0 and r["mfu_update"] > 0 for r in trl_recs)

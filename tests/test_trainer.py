@@ -79,7 +79,7 @@ def test_gspo_clips_far_more_tokens_than_grpo_under_the_papers_clip_ranges(data,
     assert fracs["gspo"] > 5 * fracs["grpo"]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_model, tmp_path,
                                                                     monkeypatch, precision):
     # bf16: the model files hold bf16 weights, the checkpoint's Distributed Checkpoint the fp32
@@ -104,7 +104,7 @@ def test_a_stopped_run_resumes_to_bit_identical_weights_and_metrics(data, sft_mo
 
     a, b = weights(full), weights(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[precision]
     assert {t.dtype for t in a.values()} == {dtype}
     assert json.loads((full / "config.json").read_text())["dtype"] == str(dtype).split(".")[1]
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731

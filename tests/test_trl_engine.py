@@ -51,7 +51,7 @@ REFUSED = {
 # a changed value, per field TRL receives: it must change GRPOConfig's arguments
 MAPPED = {
     "algorithm": "grpo", "steps": 7, "prompts_per_step": 8, "group_size": 4, "minibatches": 2,
-    "epochs": 2, "micro_batch_size": 8, "activation_checkpointing": True, "precision": "bf16",
+    "epochs": 2, "micro_batch_size": 8, "activation_checkpointing": True, "precision": "bfloat16",
     "lr": 1e-4, "warmup_steps": 2, "weight_decay": 0.1, "grad_clip": 0.5, "eps_low": 1e-4,
     "eps_high": 1e-3, "agg": "token-mean", "adv_scale": "none", "mask_truncated": True,
     "kl_coef": 0.1, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 32, "ckpt_every": 5,

@@ -42,7 +42,7 @@ READ = {"loss_mode": "actor_rollout_ref.actor.policy_loss.loss_mode",
 
 def gpu_cfg(**kw) -> RLConfig:
     """An RL config verl can run (GPUs, bf16, chat prompts, vLLM rollouts)."""
-    base = dict(train_data=[DataSource("x.jsonl")], engine="verl", precision="bf16",
+    base = dict(train_data=[DataSource("x.jsonl")], engine="verl", precision="bfloat16",
                 device="cuda", prompt=PromptConfig(format="chat"),
                 rollout=RolloutConfig(engine="vllm", device="cuda"), prompts_per_step=16,
                 group_size=8, minibatches=4, max_new_tokens=256)
@@ -109,7 +109,7 @@ def test_the_docs_table_is_the_codes_mapping():
 
 
 @pytest.mark.parametrize("change, field", [
-    (dict(precision="fp32"), "precision"), (dict(device="cpu"), "device"),
+    (dict(precision="float32"), "precision"), (dict(device="cpu"), "device"),
     (dict(prompt=PromptConfig(format="raw")), "prompt"),
     (dict(rollout=RolloutConfig(engine="torch", device="cuda")), "rollout"),
     (dict(routing_replay=True), "routing_replay"),          # fsdp: no replay in verl
@@ -201,7 +201,7 @@ def verl_run(tmp_path_factory):
         "engine": "verl", "algorithm": "gspo", "model": str(model_dir),
         "out_dir": str(tmp / "rl"), "train_data": [{"path": str(tmp / "rl.jsonl")}],
         "steps": 2, "prompts_per_step": 2, "group_size": 2, "minibatches": 1,
-        "max_new_tokens": 16, "ckpt_every": 1, "precision": "bf16", "device": "cuda",
+        "max_new_tokens": 16, "ckpt_every": 1, "precision": "bfloat16", "device": "cuda",
         "prompt": {"format": "chat"}, "rollout": {"engine": "vllm", "device": "cuda"}}))
     prep = _run("pipeline.verl", "--config", cfg)
     assert prep.returncode == 0, prep.stderr
@@ -401,7 +401,7 @@ def test_verls_rule_declares_verls_environment_and_the_others_the_projects():
 @pytest.mark.slow
 def test_a_verl_run_verl_cannot_honour_stops_the_plan_in_one_line(tmp_path):
     cfg = yaml.safe_load((ROOT / "config" / "moe-30b.yaml").read_text())
-    cfg["rl"]["precision"] = "fp32"
+    cfg["rl"]["precision"] = "float32"
     path = tmp_path / "moe.yaml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)],
@@ -449,7 +449,7 @@ MAPPED = {
     "verl": [({}, dict(verl=VerlConfig(strategy="megatron"))),
              ({}, dict(verl=VerlConfig(overrides=["trainer.val_before_train=true"])))],
 }
-REFUSED = {"logprob_chunk": 1024, "precision": "fp32", "overlong_buffer": 8,
+REFUSED = {"logprob_chunk": 1024, "precision": "float32", "overlong_buffer": 8,
            "dynamic_sampling": True, "dynamic_sampling_max_rounds": 5, "mask_truncated": True,
            "log_ratio_clamp": 10.0, "peak_flops": 1e15, "device": "cpu"}
 HARNESS = {"engine", "out_dir", "train_data", "keep_last", "keep_steps", "threads",
