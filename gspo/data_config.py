@@ -7,7 +7,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from gspo.config import check, option
+from gspo.fields import check, option
 
 
 @dataclass

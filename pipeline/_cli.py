@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from gspo.config import ConfigError
+from gspo.fields import ConfigError
 
 from gspo.fields import load
 from gspo.io import DataError

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from gspo.config import ConfigError
+from gspo.fields import ConfigError
 from gspo.io import write_json
 from gspo.eval_tracking import EvalPoint, record_evaluations
 from pipeline._cli import add_tracking_flags, run, tracking_of
