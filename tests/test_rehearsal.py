@@ -78,17 +78,16 @@ def rehearsal(tmp_path_factory):
 @pytest.mark.slow
 def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(rehearsal):
     out, log = rehearsal
-    # sft, and rl for grpo, gspo and the gspo-trl variant
-    assert log.count("torchrun --standalone --nproc-per-node=2 -m pipeline.") == 4
+    # sft, and rl for gspo and the gspo-trl variant
+    assert log.count("torchrun --standalone --nproc-per-node=2 -m pipeline.") == 3
     sft = json.loads((out / "sft" / "summary.json").read_text())
     assert sft["world_size"] == 2 and sft["steps"] == 20
     cfg = yaml.safe_load((out / "config" / "sft.yaml").read_text())
     assert cfg["precision"] == "bfloat16" and cfg["prompt"]["format"] == "chat"
-    for algo in ("grpo", "gspo"):
-        rl = json.loads((out / "rl" / algo / "seed0" / "summary.json").read_text())
-        assert rl["world_size"] == 2 and rl["steps"] == 2 and rl["tokens_generated"] > 0
-        rcfg = yaml.safe_load((out / "config" / "rl" / f"{algo}-seed0.yaml").read_text())
-        assert rcfg["rollout"]["engine"] == "vllm" and rcfg["rollout"]["dtype"] == "bfloat16"
+    rl = json.loads((out / "rl" / "gspo" / "seed0" / "summary.json").read_text())
+    assert rl["world_size"] == 2 and rl["steps"] == 2 and rl["tokens_generated"] > 0
+    rcfg = yaml.safe_load((out / "config" / "rl" / "gspo-seed0.yaml").read_text())
+    assert rcfg["rollout"]["engine"] == "vllm" and rcfg["rollout"]["dtype"] == "bfloat16"
     # the TRL engine rehearsed as the native one: DDP over the same 2 ranks, bf16
     trl = json.loads((out / "rl" / "gspo-trl" / "seed0" / "summary.json").read_text())
     assert (trl["engine"], trl["world_size"], trl["steps"]) == ("trl", 2, 2)
@@ -120,7 +119,7 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
 @pytest.mark.slow
 def test_the_rehearsal_evaluates_with_vllm_under_the_paper_protocol_at_toy_counts(rehearsal):
     out, _ = rehearsal
-    for folder in ("sft", "gspo/seed0/b100", "grpo/seed0/b100", "gspo-trl/seed0/b100"):
+    for folder in ("sft", "gspo/seed0/b100", "gspo-trl/seed0/b100"):
         for bench, n in (("aime", 3), ("lcb", 5), ("cf", 3)):
             s = json.loads((out / "eval" / folder / bench / "summary.json").read_text())
             assert s["settings"]["protocol"] == "gspo-paper-2025-rehearsal"
