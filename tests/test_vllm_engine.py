@@ -302,3 +302,23 @@ def test_each_ranks_engine_sees_only_its_own_gpu_while_vllm_starts(monkeypatch):
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
     with _visible_gpu(""):                                   # plain "cuda": left alone
         assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_each_local_rank_binds_its_cpu_engine_to_its_own_cores_unless_the_user_chose(monkeypatch):
+    from gspo.rollout.vllm_engine import _rank_cores
+
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert _rank_cores() is None                       # one process: vLLM's own binding
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    per = max(1, len(cores) // 2)
+    shares = []
+    for rank in (0, 1):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        shares.append([int(c) for c in _rank_cores().split(",")])
+    assert shares[0] == cores[:per] and len(shares[1]) == per
+    if len(cores) >= 2:
+        assert not set(shares[0]) & set(shares[1])      # two ranks never share a core
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    assert _rank_cores() is None                       # the user's choice stands

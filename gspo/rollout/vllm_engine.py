@@ -51,6 +51,8 @@ the KV cache before the next sampling; sampling before a sync is refused.
 
 CPU specifics: VLLM_CPU_KVCACHE_SPACE defaults to 1 (GiB), enforce_eager to True, and chunked
 prefill is switched off (vLLM 0.32 crashes when it chunks the prefill of a seeded request on CPU).
+Under torchrun each rank's engine gets its own share of the cores (VLLM_CPU_OMP_THREADS_BIND,
+unless set), where vLLM's own binding would put every rank's engine on the same ones.
 
 Seeds. vLLM seeds each request, and gives the j-th of n samples seed + j. Prompt i of a call is
 sent with seed (seed * len(prompts) + i) * n (or seeds[i] * n when `seed` is a list, one per
@@ -78,6 +80,20 @@ def _vllm_device_type() -> str:
     from vllm.platforms import current_platform
 
     return current_platform.device_type
+
+
+def _rank_cores() -> str | None:
+    """On CPU under torchrun with several local ranks and no binding set by the user: this
+    rank's own share of the process's cores for its engine's OpenMP threads ("2,3"). vLLM's
+    "auto" binding gives every engine on a machine the same cores (NUMA node 0's, one kept
+    back), so on 2 cores two ranks' engines would share core 0 while core 1 idles."""
+    n = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if n <= 1 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    per = max(1, len(cores) // n)
+    start = (int(os.environ.get("LOCAL_RANK", "0")) * per) % len(cores)
+    return ",".join(map(str, cores[start:start + per]))
 
 
 @contextlib.contextmanager
@@ -241,6 +257,9 @@ class VLLMEngine:
         self.dropped = False         # asleep at level 2: the weights need a sync before sampling
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            cores = _rank_cores()
+            if cores is not None:
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
         if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.3
         if enforce_eager is None:
