@@ -96,6 +96,15 @@ def _rank_cores() -> str | None:
     return ",".join(map(str, cores[start:start + per]))
 
 
+def _cpu_environment() -> None:
+    """What vLLM's CPU build reads from the environment when it starts: the KV cache's GiB and,
+    under torchrun, this rank's cores (both left as the user set them)."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    cores = _rank_cores()
+    if cores is not None:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
+
+
 @contextlib.contextmanager
 def _visible_gpu(index: str):
     """While vLLM starts its processes, let them see only GPU `index` of this process's visible
@@ -256,10 +265,7 @@ class VLLMEngine:
         self.sleeping = None if not sleep else False     # None: sleep mode off
         self.dropped = False         # asleep at level 2: the weights need a sync before sampling
         if device == "cpu":
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            cores = _rank_cores()
-            if cores is not None:
-                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
+            _cpu_environment()
         if gpu_memory_utilization is None:
             gpu_memory_utilization = 0.3
         if enforce_eager is None:
