@@ -9,8 +9,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
-    """The two smoke workflow runs from scratch (tests/test_workflow.py's smoke_runs), made once
-    per session for the three files that read them (test_workflow, test_report, test_mlflow_ui)."""
+    """The two smoke workflow runs from scratch (tests/test_workflow.py's smoke_runs: a complete,
+    b its seed-0 paths), made once per session for the three files that read them
+    (test_workflow, test_report, test_mlflow_ui)."""
     from test_workflow import smoke_runs
 
     return smoke_runs(tmp_path_factory.getbasetemp() / "smoke")

@@ -1,5 +1,6 @@
-"""The Snakemake workflow for real: the smoke config end to end (twice, from scratch, for
-determinism), re-runs, config changes, resume, validation errors, lint and the real-scale dry run.
+"""The Snakemake workflow for real: the smoke config end to end (and its seed-0 paths again, from
+scratch, for determinism), re-runs, config changes, resume, validation errors, lint and the
+real-scale dry run.
 
 The two smoke runs are made once per test session (conftest's `smoke` fixture, shared with
 test_report.py and test_mlflow_ui.py) in temporary working directories, each with its own MLflow sqlite store.
