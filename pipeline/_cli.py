@@ -7,9 +7,7 @@ import argparse
 import os
 import sys
 
-from gspo.fields import ConfigError
-
-from gspo.fields import load
+from gspo.fields import ConfigError, load
 from gspo.io import DataError
 from gspo.mlflow_store import DEFAULT_EXPERIMENT
 from gspo.tracking import Tracking

@@ -246,3 +246,16 @@ def test_programs_that_run_in_the_sandbox_are_files_that_run_nothing_when_import
                            cwd=ROOT, capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
         assert (r.returncode, r.stdout.strip()) == (0, "ok"), r.stderr
+
+
+# Every workflow job is a process, and on the tiny scale its imports are most of its time: the
+# stages that never touch a tensor must not pay torch's (~1.2 s a job).
+@pytest.mark.parametrize("stage", ["pipeline.data", "pipeline.track", "pipeline.aggregate"])
+def test_the_stages_without_tensors_do_not_import_torch(stage):
+    import subprocess
+    import sys
+
+    code = f"import sys, {stage}; print('torch' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "False", f"{stage} imports torch"
