@@ -1,4 +1,5 @@
 import os
+import pathlib
 
 import pytest
 
@@ -7,14 +8,41 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The tests that read a background-built workflow (tests/prefetch.py) run last, each file's
+    in its order: every other test runs beside the builds first, and the readers wait least."""
+    from prefetch import BUILDERS
+
+    readers = [i for i in items if any(name in i.fixturenames for name in BUILDERS)]
+    chosen = set(map(id, readers))
+    items[:] = [i for i in items if id(i) not in chosen] + readers
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefetched(request, tmp_path_factory):
+    """The workflow fixtures the collected tests need (tests/prefetch.py's BUILDERS), built in one
+    background process from the first test on, in the order the tests first need them; a
+    fixture calls `prefetched(name)` to wait for its result."""
+    from prefetch import BUILDERS, Background
+
+    first = {}
+    for i, item in enumerate(request.session.items):
+        for name in BUILDERS:
+            if name in item.fixturenames:
+                first.setdefault(name, i)
+    background = Background(tmp_path_factory.getbasetemp() / "prefetch", sorted(first, key=first.get))
+    yield background.result
+    background.stop()
+
+
 @pytest.fixture(scope="session")
-def smoke(tmp_path_factory):
+def smoke(prefetched):
     """The two smoke workflow runs from scratch (tests/test_workflow.py's smoke_runs: a complete,
     b its seed-0 paths), made once per session for the three files that read them
     (test_workflow, test_report, test_mlflow_ui)."""
-    from test_workflow import smoke_runs
-
-    return smoke_runs(tmp_path_factory.getbasetemp() / "smoke")
+    a, b = prefetched("smoke")
+    return pathlib.Path(a), pathlib.Path(b)
 
 
 @pytest.fixture(scope="session")

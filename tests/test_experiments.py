@@ -6,6 +6,7 @@ own experiment from scratch; test_workflow.py holds the tests of the smoke runs.
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 import yaml
@@ -14,18 +15,28 @@ from gspo.objectives import OBJECTIVES
 from test_workflow import ROOT, SMOKE, snakemake
 
 
-@pytest.mark.slow
-def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_section(tmp_path):
+def build_moe_ablation(tmp: pathlib.Path) -> pathlib.Path:
+    """config/moe.yaml shrunk to toy sizes, run from scratch in `tmp`: its report folder."""
     cfg = yaml.safe_load((ROOT / "config" / "moe.yaml").read_text())
     smoke = yaml.safe_load(SMOKE.read_text())
     cfg.update(experiment="moe-smoke", seeds=[0], budgets=[0, 100], benchmarks=["aime"],
                train_tasks={"aime": 1.0}, data={"aime": smoke["data"]["aime"]},
                sft={**smoke["sft"], "model": "tiny-moe"}, rl={**smoke["rl"], "moe_metrics": True},
                eval={**smoke["eval"], "lcb": {}, "cf": {}}, report=smoke["report"])
-    path = tmp_path / "moe-smoke.yaml"
+    path = tmp / "moe-smoke.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    snakemake(tmp_path, "--cores", "2", configfile=path)
-    report = tmp_path / "results" / "moe-smoke" / "report"
+    snakemake(tmp, "--cores", "2", configfile=path)
+    return tmp / "results" / "moe-smoke" / "report"
+
+
+@pytest.fixture(scope="module")
+def moe_ablation(prefetched):
+    return pathlib.Path(prefetched("moe_ablation"))     # built in the background (conftest)
+
+
+@pytest.mark.slow
+def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_section(moe_ablation):
+    report = moe_ablation
     import csv
 
     rows = {r["variant"]: r for r in csv.DictReader((report / "moe.csv").open())}
@@ -46,9 +57,7 @@ def test_a_shrunk_moe_ablation_runs_end_to_end_and_its_report_has_the_moe_sectio
 # config/zoo.yaml shrunk to toy sizes (one seed, AIME-style only, the smoke's SFT and RL sizes,
 # no clip sweep): every registered objective trains, is evaluated and reaches the report
 # through the one config field `algorithm`. Made once for the per-objective tests below.
-@pytest.fixture(scope="module")
-def shrunk_zoo(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("zoo")
+def build_shrunk_zoo(tmp: pathlib.Path) -> tuple[pathlib.Path, dict]:
     cfg = yaml.safe_load((ROOT / "config" / "zoo.yaml").read_text())
     smoke = yaml.safe_load(SMOKE.read_text())
     cfg.update(experiment="zoo-smoke", seeds=[0], budgets=[0, 100], benchmarks=["aime"],
@@ -61,6 +70,12 @@ def shrunk_zoo(tmp_path_factory):
     path.write_text(yaml.safe_dump(cfg))
     snakemake(tmp, "--cores", "2", configfile=path)
     return tmp / "results" / "zoo-smoke", cfg
+
+
+@pytest.fixture(scope="module")
+def shrunk_zoo(prefetched):
+    out, cfg = prefetched("shrunk_zoo")     # build_shrunk_zoo, in the background (conftest)
+    return pathlib.Path(out), cfg
 
 
 @pytest.mark.slow

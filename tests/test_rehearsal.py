@@ -62,9 +62,8 @@ def test_every_rehearsal_field_differs_from_the_real_scale_config_and_says_why()
             f"{'.'.join(path)}: no reason given"
 
 
-@pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
-    work = tmp_path_factory.mktemp("rehearsal")
+def run_rehearsal(work: pathlib.Path) -> tuple[pathlib.Path, str]:
+    """The rehearsal from scratch in `work`: its results folder and snakemake's log."""
     (work / "tests").symlink_to(ROOT / "tests")      # the fixture files, at their relative paths
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GSPO_MLFLOW"))}
     env["OMP_NUM_THREADS"] = "1"
@@ -73,6 +72,12 @@ def rehearsal(tmp_path_factory):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return work / "results" / "rehearsal", r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def rehearsal(prefetched):
+    out, log = prefetched("rehearsal")      # run_rehearsal, in the background (conftest)
+    return pathlib.Path(out), log
 
 
 @pytest.mark.slow

@@ -1,0 +1,123 @@
+"""The session's workflow fixtures, built in one background process while the other tests run.
+
+A workflow fixture keeps ~1.65 of 2 cores busy and the ~800 light tests ~0.9, so built one after
+the other the suite leaves a third of the machine idle; side by side they fill it. conftest's
+`prefetched` fixture starts this file as a detached process (its parent exits at once, so the
+workflows are not descendants of pytest: test_sandbox's check that nothing is left under the
+harness process still sees only the sandboxes' programs), with the fixtures the collected tests
+need, in the order the tests first need them. Each builder writes its result to
+ROOT/NAME.json ({"value": ...} or {"error": traceback}); a fixture waits for its file.
+
+    python tests/prefetch.py ROOT NAME...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+
+def _smoke(d: pathlib.Path):
+    from test_workflow import smoke_runs
+
+    return [str(p) for p in smoke_runs(d)]
+
+
+def _rehearsal(d: pathlib.Path):
+    from test_rehearsal import run_rehearsal
+
+    out, log = run_rehearsal(d)
+    return [str(out), log]
+
+
+def _shrunk_zoo(d: pathlib.Path):
+    from test_experiments import build_shrunk_zoo
+
+    out, cfg = build_shrunk_zoo(d)
+    return [str(out), cfg]
+
+
+def _moe_ablation(d: pathlib.Path):
+    from test_experiments import build_moe_ablation
+
+    return str(build_moe_ablation(d))
+
+
+# fixture name -> builder(empty folder) -> a JSON value (the fixture turns it back into paths)
+BUILDERS = {"smoke": _smoke, "rehearsal": _rehearsal, "shrunk_zoo": _shrunk_zoo,
+            "moe_ablation": _moe_ablation}
+
+
+class Background:
+    """The detached builder of `names` under `root`; `result(name)` waits for one of them."""
+
+    def __init__(self, root: pathlib.Path, names: list[str]):
+        self.root, self.names, self.pid = root, names, None
+        if not names:
+            return
+        root.mkdir(parents=True, exist_ok=True)
+        # sh starts the builder in the background and exits: the builder is re-parented away
+        # from pytest, in sh's new process group (no job control in a script), kept for stop().
+        launch = '"$0" "$@" </dev/null >"$2/log" 2>&1 & echo $!'
+        r = subprocess.run(["sh", "-c", launch, sys.executable, __file__, str(root), *names],
+                           start_new_session=True, capture_output=True, text=True, check=True)
+        self.pid = int(r.stdout)
+        self.pgid = os.getpgid(self.pid)
+
+    def _alive(self) -> bool:
+        try:
+            stat = pathlib.Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2] != "Z"
+
+    def result(self, name: str, timeout: float = 3600.0):
+        import pytest
+
+        if name not in self.names:
+            raise KeyError(f"{name} was not built in the background (built: {self.names})")
+        path, deadline = self.root / f"{name}.json", time.monotonic() + timeout
+        while not path.exists():
+            if not self._alive() or time.monotonic() > deadline:
+                log = (self.root / "log").read_text()[-4000:]
+                pytest.fail(f"the background build of {name} gave no result; its log:\n{log}",
+                            pytrace=False)
+            time.sleep(0.5)
+        rec = json.loads(path.read_text())
+        if "error" in rec:
+            pytest.fail(f"building {name} in the background failed:\n{rec['error']}", pytrace=False)
+        return rec["value"]
+
+    def stop(self):
+        """Ends a build the session no longer waits for (a -x stop, an interrupt)."""
+        if self.pid is None or not self._alive():
+            return
+        os.killpg(self.pgid, signal.SIGTERM)       # snakemake stops its jobs on SIGTERM
+        deadline = time.monotonic() + 20
+        while self._alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self._alive():
+            os.killpg(self.pgid, signal.SIGKILL)
+
+
+def main(root: pathlib.Path, names: list[str]):
+    for name in names:
+        try:
+            d = root / name
+            d.mkdir()
+            rec = {"value": BUILDERS[name](d)}
+        except BaseException:       # the waiting fixture reports it, as if it had built it itself
+            rec = {"error": traceback.format_exc()}
+        tmp = root / f".{name}.json"
+        tmp.write_text(json.dumps(rec))
+        tmp.rename(root / f"{name}.json")      # whole, or not there
+
+
+if __name__ == "__main__":
+    main(pathlib.Path(sys.argv[1]), sys.argv[2:])
