@@ -65,10 +65,9 @@ class Background:
         # sh starts the builder in the background and exits: the builder is re-parented away
         # from pytest, in sh's new process group (no job control in a script), kept for stop().
         launch = '"$0" "$@" </dev/null >"$2/log" 2>&1 & echo $!'
-        r = subprocess.run(["sh", "-c", launch, sys.executable, __file__, str(root), *names],
-                           start_new_session=True, capture_output=True, text=True, check=True)
-        self.pid = int(r.stdout)
-        self.pgid = os.getpgid(self.pid)
+        sh = subprocess.Popen(["sh", "-c", launch, sys.executable, __file__, str(root), *names],
+                              start_new_session=True, stdout=subprocess.PIPE, text=True)
+        self.pid, self.pgid = int(sh.communicate()[0]), sh.pid     # sh led the new group
 
     def _alive(self) -> bool:
         try:
