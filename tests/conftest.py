@@ -26,12 +26,9 @@ def prefetched(request, tmp_path_factory):
     fixture calls `prefetched(name)` to wait for its result."""
     from prefetch import BUILDERS, Background
 
-    first = {}
-    for i, item in enumerate(request.session.items):
-        for name in BUILDERS:
-            if name in item.fixturenames:
-                first.setdefault(name, i)
-    background = Background(tmp_path_factory.getbasetemp() / "prefetch", sorted(first, key=first.get))
+    names = dict.fromkeys(name for item in request.session.items for name in BUILDERS
+                          if name in item.fixturenames)     # in the order tests first need them
+    background = Background(tmp_path_factory.getbasetemp() / "prefetch", list(names))
     yield background.result
     background.stop()
 
