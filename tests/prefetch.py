@@ -6,9 +6,10 @@ the other the suite leaves a third of the machine idle; side by side they fill i
 workflows are not descendants of pytest: test_sandbox's check that nothing is left under the
 harness process still sees only the sandboxes' programs), with the fixtures the collected tests
 need, in the order the tests first need them. Each builder writes its result to
-ROOT/NAME.json ({"value": ...} or {"error": traceback}); a fixture waits for its file.
+ROOT/NAME.json ({"value": ...} or {"error": traceback}); a fixture waits for its file. If the
+pytest process PID goes away (killed, or stopped early), the builder ends its own process group.
 
-    python tests/prefetch.py ROOT NAME...
+    python tests/prefetch.py PID ROOT NAME...
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -54,6 +56,14 @@ BUILDERS = {"smoke": _smoke, "rehearsal": _rehearsal, "shrunk_zoo": _shrunk_zoo,
             "moe_ablation": _moe_ablation}
 
 
+def _alive(pid: int) -> bool:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 class Background:
     """The detached builder of `names` under `root`; `result(name)` waits for one of them."""
 
@@ -64,17 +74,11 @@ class Background:
         root.mkdir(parents=True, exist_ok=True)
         # sh starts the builder in the background and exits: the builder is re-parented away
         # from pytest, in sh's new process group (no job control in a script), kept for stop().
-        launch = '"$0" "$@" </dev/null >"$2/log" 2>&1 & echo $!'
-        sh = subprocess.Popen(["sh", "-c", launch, sys.executable, __file__, str(root), *names],
+        launch = '"$0" "$@" </dev/null >"$3/log" 2>&1 & echo $!'
+        sh = subprocess.Popen(["sh", "-c", launch, sys.executable, __file__, str(os.getpid()),
+                               str(root), *names],
                               start_new_session=True, stdout=subprocess.PIPE, text=True)
         self.pid, self.pgid = int(sh.communicate()[0]), sh.pid     # sh led the new group
-
-    def _alive(self) -> bool:
-        try:
-            stat = pathlib.Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat[stat.rindex(")") + 2] != "Z"
 
     def result(self, name: str, timeout: float = 3600.0):
         import pytest
@@ -83,7 +87,7 @@ class Background:
             raise KeyError(f"{name} was not built in the background (built: {self.names})")
         path, deadline = self.root / f"{name}.json", time.monotonic() + timeout
         while not path.exists():
-            if not self._alive() or time.monotonic() > deadline:
+            if not _alive(self.pid) or time.monotonic() > deadline:
                 log = (self.root / "log").read_text()[-4000:]
                 pytest.fail(f"the background build of {name} gave no result; its log:\n{log}",
                             pytrace=False)
@@ -95,17 +99,24 @@ class Background:
 
     def stop(self):
         """Ends a build the session no longer waits for (a -x stop, an interrupt)."""
-        if self.pid is None or not self._alive():
+        if self.pid is None or not _alive(self.pid):
             return
         os.killpg(self.pgid, signal.SIGTERM)       # snakemake stops its jobs on SIGTERM
         deadline = time.monotonic() + 20
-        while self._alive() and time.monotonic() < deadline:
+        while _alive(self.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if self._alive():
+        if _alive(self.pid):
             os.killpg(self.pgid, signal.SIGKILL)
 
 
-def main(root: pathlib.Path, names: list[str]):
+def _orphaned(pytest_pid: int):
+    while _alive(pytest_pid):
+        time.sleep(1)
+    os.killpg(0, signal.SIGTERM)        # this builder, snakemake and its jobs
+
+
+def main(pytest_pid: int, root: pathlib.Path, names: list[str]):
+    threading.Thread(target=_orphaned, args=(pytest_pid,), daemon=True).start()
     for name in names:
         try:
             d = root / name
@@ -119,4 +130,4 @@ def main(root: pathlib.Path, names: list[str]):
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]), sys.argv[2:])
+    main(int(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3:])
