@@ -271,9 +271,10 @@ class RLConfig(TrainConfig):
     top_p: float = option(1.0, "nucleus sampling mass")
     max_new_tokens: int = option(64, "longest response, in tokens")
     rollout: RolloutConfig = option(RolloutConfig(), "rollout engine settings")
-    old_logprobs: str = option("recompute", "old-policy log-probs: 'recompute' (a no-grad pass of "
-                              "the trainer over the rollouts) or 'rollout' (the engine's own "
-                              "sampled log-probs; skips that pass)")
+    old_logprobs: str = option("recompute", "old-policy log-probs: 'recompute' (the trainer's: "
+                              "a no-grad pass over the rollouts, but for the first minibatch's, "
+                              "which its forward gives before any update) or 'rollout' (the "
+                              "engine's own sampled log-probs; skips that pass)")
     routing_replay: bool = option(False, "MoE only (Routing Replay): when computing the current "
                                  "policy's log-probs, route each token to the experts the old "
                                  "policy's routers picked (recorded in the old-log-prob pass); the "

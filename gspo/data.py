@@ -86,14 +86,16 @@ def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
 
 
 def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, size: int,
-                  max_tokens: int) -> list[torch.Tensor]:
-    """`rows` split into micro-batches: `size` rows each (0: all at once), or with max_tokens
-    the rows sorted longest first and packed so that rows x the longest length stays within
-    the budget (a row longer than the budget goes alone)."""
+                  max_tokens: int, *, by_length: bool = False) -> list[torch.Tensor]:
+    """`rows` split into micro-batches: `size` rows each (0: all at once; by_length: the rows
+    sorted longest first, so that each micro-batch trimmed to its longest row carries little
+    padding), or with max_tokens the rows sorted longest first and packed so that rows x the
+    longest length stays within the budget (a row longer than the budget goes alone)."""
+    order = sorted(rows.tolist(), key=lambda r: -int(lengths[r]))
     if not max_tokens:
         size = size or max(len(rows), 1)
+        rows = torch.tensor(order, dtype=torch.long) if by_length else rows
         return [rows[j:j + size] for j in range(0, len(rows), size)]
-    order = sorted(rows.tolist(), key=lambda r: -int(lengths[r]))
     out: list[list[int]] = []
     for r in order:
         # sorted longest first: the micro-batch's first row sets its padded width
@@ -137,6 +139,16 @@ def pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t
 
 
+def causal_only(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """None for a right-padded (B, L) mask, else the mask. Under a causal mask a real token
+    never sees the padding after it, so its log-prob is the same bit for bit without the
+    padding mask (checked in tests/test_trainer.py), and attention takes its causal kernel: a
+    tenth off a tiny model's forward and backward. Padded positions' outputs then differ, and
+    nothing reads them (target_mask)."""
+    right_padded = bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+    return None if right_padded else attention_mask
+
+
 def head_logprobs(model, input_ids, attention_mask, temperature: float, chunk: int):
     """(log-probs, entropy), each (B, L-1): the decoder's hidden states through the LM head,
     `chunk` positions at a time (gspo.objectives.chunked_token_logprobs)."""
@@ -160,16 +172,16 @@ def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entr
 
     from gspo.objectives import token_logprobs
 
+    att = causal_only(batch["attention_mask"])
     if chunk:
         # Sharded, this must run as a forward of the root FSDP module (gspo.distributed.shard
         # registers it): called beside the model's forward, the embeddings, final norm and head
         # would stay sharded and their gradients never reduced.
         run = model.head_logprobs if isinstance(model, FSDPModule) else \
             (lambda *a: head_logprobs(model, *a))
-        logp, ent = run(batch["input_ids"], batch["attention_mask"], temperature, chunk)
+        logp, ent = run(batch["input_ids"], att, temperature, chunk)
         return (logp, ent) if with_entropy else logp
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                use_cache=False)
+    out = model(input_ids=batch["input_ids"], attention_mask=att, use_cache=False)
     logits = out.logits[:, :-1]                                             # (B, L-1, V)
     logp, ent = token_logprobs(logits, batch["input_ids"][:, 1:], temperature)
     return (logp, ent) if with_entropy else logp

@@ -11,8 +11,10 @@ context length c, summed over c = 1..L). d_attn = n_heads * head_dim. A backward
 a forward, so a training pass costs 3 * F(L) (the familiar 6N per token).
 
 The RL trainer charges, per sampled sequence: one F(L) for generation (the KV cache makes
-generation one forward pass over the sequence), one F(L) when old log-probs are recomputed, and
-3 * F(L) per update epoch. SFT charges 3 * F(L) per trained sequence.
+generation one forward pass over the sequence), one F(L) when old log-probs are recomputed (not
+for the sequences of the step's first minibatch on a dense model, whose update forward, taken
+before any update, gives their old log-probs: gspo.policy_update), and 3 * F(L) per update
+epoch. SFT charges 3 * F(L) per trained sequence.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ non-finite updates (gspo.trainer runs it once per step).
 A minibatch is the same set of sequences on one rank or many: every rank draws one permutation
 of the global batch and trains on its own rows of each chunk; losses are divided by the global
 minibatch's sequence or token count and gradients summed over ranks, so an update equals the
-single-process one. The first minibatch of a step is on-policy (ratio exactly 1 with recomputed
-old log-probs); what it saw is returned for the engine/trainer gap metrics (gspo.step_metrics).
+single-process one. The first minibatch of a step is on-policy: with recomputed old log-probs
+its own forward gives them (ratio exactly 1; the trainer's no-grad pass skips those rows); what
+it saw is returned for the engine/trainer gap metrics (gspo.step_metrics).
 """
 
 from __future__ import annotations
@@ -70,6 +71,20 @@ def _compute(lrn: Learner):
     return dist.compute_precision(lrn.cfg.precision, lrn.cfg.device, lrn.world)
 
 
+def permutations(cfg: RLConfig, step: int, N: int) -> list[torch.Tensor]:
+    """Each epoch's permutation of the step's global batch of N rollouts, whatever the world
+    size: minibatch j holds the same sequences on one rank or many, each rank updating with its
+    own rows."""
+    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, 2))
+    return [torch.randperm(N, generator=gen) for _ in range(cfg.epochs)]
+
+
+def on_policy_rows(cfg: RLConfig, step: int, N: int) -> torch.Tensor:
+    """The global rows of the step's first minibatch: trained before any update, so their
+    forward is the old policy's own and the old-log-prob pass can skip them (_micro_loss)."""
+    return permutations(cfg, step, N)[0].chunk(cfg.minibatches)[0]
+
+
 def update(lrn: Learner, batch: dict, old: OldPolicy, step: int, rows: torch.Tensor | None,
            streak: NonfiniteStreak) -> tuple[dict, int, dict]:
     """epochs x minibatches optimizer steps.
@@ -87,17 +102,13 @@ def update(lrn: Learner, batch: dict, old: OldPolicy, step: int, rows: torch.Ten
     N = int(dist.all_reduce(torch.tensor(n_local), world))      # the global batch
     local_of = {int(g): i for i, g in enumerate(rows)}
     first: dict = {}
-    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, 2))
     per_mb: list[dict] = []
     skipped = 0
     lrn.policy.train()
     # the optimizer's parameters: under FSDP2 the module may hold unsharded stand-ins for
     # some of them between a forward and the next reshard, which never receive gradients
     params = [p for g in lrn.opt.param_groups for p in g["params"] if p.requires_grad]
-    for _ in range(cfg.epochs):
-        # one permutation of the global batch, whatever the world size: minibatch j holds
-        # the same sequences on one rank or many, each rank updating with its own rows
-        perm = torch.randperm(N, generator=gen)
+    for perm in permutations(cfg, step, N):
         for mb in perm.chunk(cfg.minibatches):
             on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
             local = torch.tensor([local_of[int(g)] for g in mb if int(g) in local_of],
@@ -134,7 +145,7 @@ def _accumulate(lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, ol
     cfg, world = lrn.cfg, lrn.world
     lrn.opt.zero_grad(set_to_none=True)
     micros = micro_batches(local, batch["attention_mask"].sum(1), cfg.micro_batch_size,
-                           cfg.max_tokens_per_micro_batch)
+                           cfg.max_tokens_per_micro_batch, by_length=not lrn.is_moe)
     tot_tokens = dist.all_reduce(batch["target_mask"][local].sum(), world).clamp(min=1)
     # every rank runs as many forward/backward passes as the busiest one: FSDP's
     # collectives need them all (a rank short of rows runs one at weight 0)
@@ -145,7 +156,7 @@ def _accumulate(lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, ol
         real = j < len(micros)
         idx = micros[j] if real else torch.zeros(1, dtype=torch.long)
         sub = {k: v[idx] for k, v in batch.items()}
-        if cfg.max_tokens_per_micro_batch:   # the budget counts real tokens: drop padding
+        if not lrn.is_moe:   # padding costs arithmetic (MoE replays full-width routing)
             sub = trim_padding(sub)
         loss, m = _micro_loss(lrn, sub, idx, old, first if real else None)
         # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
@@ -182,13 +193,19 @@ def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
         first.setdefault("entropy", []).append(pad_to(ent.detach(), width))
         if hooks.record:
             first.setdefault("routing", []).append(hooks.routing(own=True))
+    # Before the step's first optimizer step the policy is the old policy: its own log-probs
+    # are the recomputed old ones (ratio exactly 1), kept for the later epochs and metrics;
+    # the old-log-prob pass skips these rows (gspo.trainer).
+    if first is not None and cfg.old_logprobs == "recompute":
+        old.logp[idx.to(old.logp.device), :logp.shape[1]] = logp.detach()
+    old_logp = old.logp[idx][:, :logp.shape[1]]
     ref_logp = None
     if lrn.ref is not None:
         with torch.no_grad(), _compute(lrn):
             ref_logp = sequence_logprobs(lrn.ref, sub, cfg.temperature,
                                          chunk=cfg.logprob_chunk)
     loss, m = objectives.policy_loss(
-        logp, old.logp[idx][:, :logp.shape[1]], old.adv[idx], sub["target_mask"],
+        logp, old_logp, old.adv[idx], sub["target_mask"],
         objective=cfg.algorithm, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
         log_ratio_clamp=cfg.log_ratio_clamp, tau_pos=cfg.sapo_tau_pos,
         tau_neg=cfg.sapo_tau_neg, norm_len=cfg.max_new_tokens, ref_logp=ref_logp,

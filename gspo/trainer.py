@@ -2,9 +2,9 @@
 gspo.objectives.OBJECTIVES); `cfg.algorithm` is the only switch.
 
 One step: prompts -> G rollouts each (engine) -> rewards (`reward_fn`, the caller's: the trainer
-never knows the benchmarks) -> old log-probs (a no-grad pass) -> advantages, shaping and rollout
-correction (gspo.shaping) -> `epochs` x `minibatches` updates (gspo.policy_update) -> engine
-sync -> log, checkpoint.
+never knows the benchmarks) -> old log-probs (a no-grad pass; the first minibatch's come from its
+own update forward) -> advantages, shaping and rollout correction (gspo.shaping) -> `epochs` x
+`minibatches` updates (gspo.policy_update) -> engine sync -> log, checkpoint.
 
 The first minibatch of each step is on-policy (ratio exactly 1); the later ones are not, which is
 where the algorithms differ. Every random draw is a pure function of (seed, step), as is the LR,
@@ -172,7 +172,9 @@ class Trainer:
                 texts.append(self.codec.decode(c.token_ids))
         return flat_p, flat_c, torch.tensor(self.reward_fn(flat_r, texts))
 
-    def old_logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def old_logprobs(self, batch, rows: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Old log-probs and entropy (B, T) of `batch`'s rows `rows` (None: all; the others 0)."""
         self.state["old_logprob_passes"] += 1
         self.policy.eval()
         # MoE: record every router's top-k experts, (B, T, k) per layer, for Routing Replay and
@@ -181,7 +183,7 @@ class Trainer:
         record = self.is_moe and (self.cfg.routing_replay or self.cfg.moe_metrics)
         replay = self.engine_routing if self._replays_engine else None
         with torch.no_grad(), moe.routing_hooks(self.policy, record=record, replay=replay) as hooks:
-            logp, ent = self._chunked(batch, with_entropy=True)
+            logp, ent = self._chunked(batch, with_entropy=True, rows=rows)
         self.own_old_routing = hooks.routing(own=True)
         self.old_routing = replay if replay is not None else hooks.routing()
         return logp, ent
@@ -194,15 +196,20 @@ class Trainer:
     def _replays_engine(self) -> bool:
         return self.cfg.routing_replay and self.cfg.routing_replay_source == "engine"
 
-    def _chunked(self, batch, with_entropy=False):
-        """Log-probs (and entropy), each (B, T), of a no-grad pass over `batch` in the update's
-        micro-batches (gspo.data.micro_batched): without them the old-log-prob pass of a
-        real-scale step is one forward over 256 sequences of ~8K tokens. MoE runs keep the rows
-        in order (a token budget is refused for them: their routing records are laid by row)."""
+    def _chunked(self, batch, with_entropy=False, rows: torch.Tensor | None = None):
+        """Log-probs (and entropy), each (B, T), of a no-grad pass over `batch` in micro-batches
+        (gspo.data.micro_batched): without them the old-log-prob pass of a real-scale step is
+        one forward over 256 sequences of ~8K tokens. A dense model's rows go longest first,
+        each micro-batch cut to its longest row, as many rows as the update's (micro_batch_size,
+        the token budget, else a minibatch's share of the rank's rows): no more memory than an
+        update forward, and a fifth to a quarter less padding on the tiny default. MoE runs keep
+        the rows in order, untrimmed (their routing records are laid by row, full width)."""
         cfg = self.cfg
-        micros = micro_batches(torch.arange(batch["input_ids"].shape[0]),
-                               batch["attention_mask"].sum(1).cpu(), cfg.micro_batch_size,
-                               cfg.max_tokens_per_micro_batch)
+        B = batch["input_ids"].shape[0]
+        size = cfg.micro_batch_size or (0 if self.is_moe else -(-B // cfg.minibatches))
+        rows = torch.arange(B) if rows is None else rows
+        micros = micro_batches(rows, batch["attention_mask"].sum(1).cpu(), size,
+                               cfg.max_tokens_per_micro_batch, by_length=not self.is_moe)
         n_micro = int(dist.all_reduce(torch.tensor(len(micros)), self.world, "max"))
 
         def forward(sub):
@@ -212,7 +219,7 @@ class Trainer:
             return out if with_entropy else (out,)
 
         outs = micro_batched(forward, batch, micros, n_micro, n_out=1 + with_entropy,
-                             trim=bool(cfg.max_tokens_per_micro_batch))
+                             trim=not self.is_moe)
         return tuple(outs) if with_entropy else outs[0]
 
     def update(self, batch, old_logp, adv, step: int, rows=None) -> tuple[dict, int, dict]:
@@ -263,8 +270,13 @@ class Trainer:
                 prompts, comps, batch["input_ids"].shape[1],
                 moe.routers(self.policy)[0][2].num_experts)
         engine_logp = step_metrics.engine_logprobs(prompts, comps, mask)
-        if cfg.old_logprobs == "recompute":
-            old_logp, entropy = self.old_logprobs(batch)
+        n_local = batch["input_ids"].shape[0]
+        rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
+        pass_rows = self._pass_rows(step, rows)
+        if cfg.old_logprobs == "recompute" and pass_rows is not None and not len(pass_rows):
+            old_logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)  # the update's
+        elif cfg.old_logprobs == "recompute":
+            old_logp, entropy = self.old_logprobs(batch, pass_rows)
         else:
             old_logp, entropy = engine_logp, None
             if self._replays_engine:
@@ -273,18 +285,18 @@ class Trainer:
                            rewards, old_logp, engine_logp, cfg, self.world)
         self.is_weights = sh.is_weights
         t2 = time.perf_counter()
-        n_local = batch["input_ids"].shape[0]
-        rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
         upd, skipped, first = self.update(sh.train, old_logp, sh.advantages, step, rows=rows)
+        if pass_rows is not None and "idx" in first:   # the rows the pass left to the update
+            entropy[first["idx"]] = first["entropy"]
         self._sync_engine()
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
         t4 = time.perf_counter()
         if self.is_moe:
             moe_rec["time_moe_s"] = t4 - t3
-        f = self._count(batch, t4 - t0)
+        f, f_pass = self._count(batch, t4 - t0, pass_rows)
         mfu = step_metrics.mfu(f, {"rollout": (1, t1 - t0), "update": (3 * cfg.epochs, t3 - t2),
-                                   "old_logprob": (int(cfg.old_logprobs == "recompute"), t2 - t1)},
+                                   "old_logprob": (f_pass / f if f else 0, t2 - t1)},
                                cfg.peak_flops * self.world.size) if cfg.peak_flops else {}
         # the whole step's rollouts, in global order (a world of one: these very tensors)
         rewards = dist.all_gather_cat(rewards, self.world)
@@ -314,22 +326,44 @@ class Trainer:
         self.old_routing = self.own_old_routing = self.engine_routing = None
         return moe_rec
 
-    def _count(self, batch, seconds: float) -> float:
+    def _pass_rows(self, step: int, rows: torch.Tensor) -> torch.Tensor | None:
+        """This rank's rows the old-log-prob pass computes: all (None) but those of the step's
+        on-policy first minibatch, whose update forward gives their old log-probs
+        (gspo.policy_update.on_policy_rows); all where something needs every row's before the
+        update: the rollout correction's weights, an MoE run's routing records."""
+        cfg = self.cfg
+        if self.is_moe or cfg.rollout_correction != "none" or cfg.old_logprobs != "recompute":
+            return None
+        if cfg.minibatches == 1:    # every row is the update's own: no pass (on any rank)
+            return torch.zeros(0, dtype=torch.long)
+        first = set(policy_update.on_policy_rows(
+            cfg, step, len(rows) * self.world.size).tolist())
+        return torch.tensor([i for i, g in enumerate(rows.tolist()) if g not in first],
+                            dtype=torch.long)
+
+    def _count(self, batch, seconds: float, pass_rows) -> tuple[float, float]:
         """Add the step's compute, tokens and time to the run's counters; returns the step's
-        forward FLOPs over all its sequences (gspo.flops)."""
+        forward FLOPs over all its sequences (gspo.flops) and the old-log-prob pass's."""
         cfg = self.cfg
         lengths = dist.all_gather_cat(batch["attention_mask"].sum(1), self.world)
         f = self.flops.forward(lengths.tolist())       # the whole step's, summed over ranks
         extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
-        # generation + (the old-log-prob pass, unless the engine's log-probs stand in) +
-        # forward and backward (3x) per epoch
-        old_pass = int(cfg.old_logprobs == "recompute")
-        self.state["compute_flops"] += f * (1 + old_pass + 3 * cfg.epochs + extra)
+        # the old-log-prob pass over the rows it ran (none when the engine's log-probs stand in)
+        f_pass = 0.0
+        if cfg.old_logprobs == "recompute" and pass_rows is None:
+            f_pass = f
+        elif cfg.old_logprobs == "recompute":
+            ran = torch.zeros(len(batch["input_ids"]), dtype=torch.bool)
+            ran[pass_rows] = True
+            ran = dist.all_gather_cat(ran.to(lengths.device), self.world)
+            f_pass = self.flops.forward(lengths[ran].tolist())
+        # generation + the pass + forward and backward (3x) per epoch
+        self.state["compute_flops"] += f * (1 + 3 * cfg.epochs + extra) + f_pass
         resp = int(dist.all_reduce(batch["target_mask"].sum(), self.world))
         self.state["tokens_generated"] += resp
         self.state["tokens_trained"] += resp * cfg.epochs
         self.state["wall_s"] += seconds
-        return f
+        return f, f_pass
 
     def checkpoint(self, step: int) -> pathlib.Path:
         path = ckpt.save_rl_checkpoint(

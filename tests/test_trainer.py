@@ -269,6 +269,57 @@ def test_token_budget_micro_batches_pack_longest_first_within_the_budget():
     assert all(len(m) * max(int(lengths[r]) for r in m) <= 20 for m in packed)
     assert sorted(r for m in packed for r in m) == rows.tolist()
     assert [m.tolist() for m in micro_batches(rows, lengths, 4, 0)] == [[0, 1, 2, 3], [4, 5]]
+    # by length: the rows longest first (ties in row order), then `size` at a time
+    assert [m.tolist() for m in micro_batches(rows, lengths, 4, 0, by_length=True)] == \
+        [[5, 1, 3, 0], [4, 2]]
+
+
+def test_a_right_padded_batch_needs_no_padding_mask_bit_for_bit(sft_model):
+    from gspo.data import causal_only, pad_batch, sequence_logprobs
+    from gspo.models import load_model
+
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 60, (n,), generator=g).tolist() for n in (4, 9, 6, 12)]
+    comps = [torch.randint(10, 60, (n,), generator=g).tolist() for n in (20, 3, 11, 7)]
+    batch = pad_batch(prompts, comps, 0)
+    assert causal_only(batch["attention_mask"]) is None
+    left = batch["attention_mask"].flip(1)
+    assert causal_only(left) is left            # left padding keeps its mask
+    model, _ = load_model(sft_model)
+    with torch.no_grad():
+        fast = sequence_logprobs(model, batch, with_entropy=True)
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    use_cache=False)
+    from gspo.objectives import token_logprobs
+    masked = token_logprobs(out.logits[:, :-1], batch["input_ids"][:, 1:])
+    real = batch["attention_mask"][:, 1:].bool()
+    for a, b in zip(fast, masked):
+        assert torch.equal(a[real], b[real])
+
+
+def test_the_on_policy_minibatch_gives_its_rows_old_logprobs_and_the_pass_skips_them(
+        data, sft_model, tmp_path, monkeypatch):
+    """Before the step's first optimizer step the policy is the old one, so the first
+    minibatch's forward gives its rows' old log-probs: the pass skips them and the run is the
+    one a full pass gives, bit for bit, over 2 epochs whose second reads those old log-probs
+    again; the pass's compute is counted over the rows it ran."""
+    kw = dict(steps=2, epochs=2, ckpt_every=2)
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "skip", **kw), rewards)
+    monkeypatch.setattr(trainer_mod.Trainer, "_pass_rows", lambda self, step, rows: None)
+    trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", **kw), rewards)
+    skip, full = (read_metrics(tmp_path / r / "metrics.jsonl") for r in ("skip", "full"))
+    for a, b in zip(skip, full):
+        for k in ("reward_mean", "loss", "grad_norm", "clip_frac_tokens", "ratio_max",
+                  "ratio_min", "old_logprob_passes"):
+            assert a[k] == b[k], k
+        assert a["clip_frac_tokens_onpolicy"] == 0.0
+        assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-5)
+    fs, ff = skip[0]["compute_flops"], full[0]["compute_flops"]
+    # generation + 2 epochs x 3 + the pass: a full pass is 1/7 of the full run's count, and
+    # skipping the first of 4 minibatches saves about a quarter of it
+    assert 0.1 * ff / 7 < ff - fs < 0.5 * ff / 7
+    for k, w in weights(tmp_path / "full" / "model").items():
+        assert torch.equal(weights(tmp_path / "skip" / "model")[k], w), k
 
 
 def test_a_token_budget_changes_the_update_only_by_float_rounding(data, sft_model, tmp_path):
@@ -319,11 +370,14 @@ def test_a_run_given_the_peak_flops_logs_mfu_per_phase(data, sft_model, tmp_path
     peak = 1e9
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=2, peak_flops=peak), rewards)
     first, r = read_metrics(tmp_path / "metrics.jsonl")
-    # a dense step charges 1 (generation) + 1 (old log-probs) + 3 per epoch forward passes
-    f = (r["compute_flops"] - first["compute_flops"]) / (2 + 3 * 1)
+    # a dense step charges 1 (generation) + 3 per epoch forward passes over the step's F(L),
+    # plus the old-log-prob pass over the rows outside the on-policy first minibatch
+    f = r["mfu_rollout"] * r["time_rollout_s"] * peak
+    f_pass = r["compute_flops"] - first["compute_flops"] - (1 + 3 * 1) * f
+    assert 0.5 * f < f_pass < 0.9 * f         # 3 of 4 minibatches' rows, lengths differing
     assert r["mfu_update"] == pytest.approx(3 * f / (r["time_update_s"] * peak), rel=1e-6)
-    assert r["mfu_old_logprob"] == pytest.approx(f / (r["time_old_logprob_s"] * peak), rel=1e-6)
-    assert r["mfu_rollout"] == pytest.approx(f / (r["time_rollout_s"] * peak), rel=1e-6)
+    assert r["mfu_old_logprob"] == pytest.approx(f_pass / (r["time_old_logprob_s"] * peak),
+                                                 rel=1e-6)
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "plain", steps=1), rewards)
     assert not any(k.startswith("mfu") for k in read_metrics(tmp_path / "plain" / "metrics.jsonl")[0])
 
@@ -349,7 +403,10 @@ def test_the_old_logprob_pass_keeps_to_the_token_budget_and_computes_the_same_lo
         out[budget] = tr.old_logprobs(batch)
         hook.remove()
         out[budget] += (shapes,)
-    assert out[0][2] == [tuple(batch["input_ids"].shape)]           # no budget: one forward
+    # no budget: a minibatch's share of the rows (8 / 4 minibatches) a forward, longest first,
+    # each forward cut to its longest row
+    full = sorted((3 + n for n in lengths), reverse=True)
+    assert out[0][2] == [(2, full[j]) for j in range(0, 8, 2)]
     assert len(out[64][2]) > 1 and all(b * t <= 64 or b == 1 for b, t in out[64][2])
     mask = batch["target_mask"].bool()
     for whole, split in zip(out[0][:2], out[64][:2]):

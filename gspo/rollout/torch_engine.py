@@ -138,11 +138,14 @@ class TorchEngine:
         x = m.embed_tokens(ids)                                            # (B, S, H)
         cos, sin = m.rotary_emb(x, pos)                                    # (B, S, D)
         end = start + S
-        # (B, 1, S, end): cached keys are visible where valid; new keys causally.
-        causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()
-        mask = key_valid[:, None, None, :end].expand(B, 1, S, end).clone()
-        mask[:, :, :, start:end] &= causal
-        mask[:, :, torch.arange(S), start + torch.arange(S)] = True        # never an all-masked row
+        # (B, 1, S, end): cached keys are visible where valid; new keys causally. A decode
+        # step's own slot is valid already (_decode): its mask is the valid slots as they are.
+        mask = key_valid[:, None, None, :end]
+        if S > 1:
+            causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()
+            mask = mask.expand(B, 1, S, end).clone()
+            mask[:, :, :, start:end] &= causal
+            mask[:, :, torch.arange(S), start + torch.arange(S)] = True    # never all-masked
         for i, layer in enumerate(m.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
