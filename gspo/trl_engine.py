@@ -90,8 +90,10 @@ FIELDS: dict[str, str] = {
     "temperature": "`temperature`",
     "top_p": "`top_p` (`top_k=0`)",
     "max_new_tokens": "`max_completion_length`",
-    "rollout": "engine torch: transformers' generate on the training model; other settings "
-               "refused unless at their defaults (device: the training device)",
+    "rollout": "engine torch: transformers' generate on the training model, other settings "
+               "refused unless at their defaults (device: the training device); engine vllm: "
+               "this project's vLLM engine, colocated, through TRL's `rollout_func` "
+               "(gspo.trl_rollout), every setting as under the native trainer",
     "old_logprobs": "recompute (TRL recomputes whenever an update is off-policy); rollout refused",
     "routing_replay": "refused unless false (TRL has no Routing Replay)",
     "routing_replay_source": "refused unless trainer",
@@ -152,8 +154,9 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     need(cfg.old_logprobs == "recompute", "old_logprobs",
          "'rollout': TRL's generate returns no log-probs; use recompute")
     r, r0 = dict(d["rollout"]), to_dict(RolloutConfig(device=cfg.device))
-    need(r == r0, "rollout", f"TRL samples with transformers' generate on the training model: "
-         f"leave the rollout settings at {r0}")
+    need(r == r0 or cfg.rollout.engine == "vllm", "rollout",
+         "with engine torch TRL samples with transformers' generate on the training model: "
+         f"leave the rollout settings at {r0}, or set engine: vllm")
     return out
 
 
@@ -233,6 +236,7 @@ class _Run:
     pending: list = dataclasses.field(default_factory=lambda: [0.0, 0, 0])  # this rank's, unsent
     clock: dict = dataclasses.field(default_factory=dict)
     old_pass: int = 0                        # 1 when TRL makes an old-log-prob pass
+    rollout: object = None                   # rollout.engine vllm: gspo.trl_rollout.Rollout
 
     def add_pending(self) -> float:
         """The ranks' compute and tokens since the last record, summed into the counters;
@@ -371,9 +375,16 @@ def _trainer(run: _Run, reward_fn, out: pathlib.Path):
                    != 0)
     run.old_pass = old_pass
     reward = _reward(reward_fn, prompt_len, FlopCounter(model), run, old_pass)
-    return trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward], args=args,
-                           train_dataset=Dataset.from_list(rows),
-                           callbacks=[_bridge(run, out / "checkpoints")])
+    if cfg.rollout.engine == "vllm":
+        from gspo.trl_rollout import Rollout
+
+        run.rollout = Rollout(cfg, tok, codec.stop_ids, run.world)
+    with warnings.catch_warnings():     # rollout_func is marked experimental in TRL
+        warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)
+        return trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward],
+                               args=args, train_dataset=Dataset.from_list(rows),
+                               callbacks=[_bridge(run, out / "checkpoints")],
+                               rollout_func=run.rollout)
 
 
 def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib.Path:
@@ -398,9 +409,13 @@ def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib
             to_dict(cfg), Mix(cfg.train_data).hashes(), stage="rl", algorithm=cfg.algorithm,
             engine="trl", trl_version=_trl().__version__, world_size=world.size,
             resumed_from=str(resume_from)))
-    trainer = _trainer(run, reward_fn, out)
-    trainer.train(resume_from_checkpoint=str(out / "trl" / st["trl_checkpoint"])
-                  if resume_from is not None else None)
+    try:
+        trainer = _trainer(run, reward_fn, out)
+        trainer.train(resume_from_checkpoint=str(out / "trl" / st["trl_checkpoint"])
+                      if resume_from is not None else None)
+    finally:
+        if run.rollout is not None:      # vLLM holds processes and memory
+            run.rollout.close()
     if world.main:
         ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
         write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,

@@ -45,8 +45,8 @@ REFUSED = {
     "router_aux_loss_coef": [dict(router_aux_loss_coef=0.01)],
     "log_ratio_clamp": [dict(log_ratio_clamp=10.0)],
     "old_logprobs": [dict(old_logprobs="rollout")],
-    "rollout": [dict(rollout=RolloutConfig(engine="vllm")),
-                dict(rollout=RolloutConfig(dtype="bfloat16"))],
+    "rollout": [dict(rollout=RolloutConfig(dtype="bfloat16")),
+                dict(rollout=RolloutConfig(max_model_len=256))],
 }
 # a changed value, per field TRL receives: it must change GRPOConfig's arguments
 MAPPED = {
@@ -267,6 +267,31 @@ def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses
     cfg = load(RLConfig, path)
     refused = [f for f, _ in trl_engine.refusals(cfg)]
     # what the config's comment says engine: trl refuses there
-    assert refused == ["max_tokens_per_micro_batch", "logprob_chunk", "rollout"]
+    assert refused == ["max_tokens_per_micro_batch", "logprob_chunk"]
     with pytest.raises(ConfigError, match=r"^max_tokens_per_micro_batch: not supported with "):
         trl_engine.check(cfg)
+
+
+@pytest.mark.slow
+def test_trl_samples_through_the_projects_vllm_engine_with_the_native_trainers_seeds(
+        tmp_path, toy_data, toy_sft_model):
+    """rollout.engine: vllm under TRL (gspo.trl_rollout): the native trainer and TRL sample
+    step 1 with the same seeds from the same model, so the same responses; each makes one
+    on-policy update of the whole batch (the same loss up to rounding: tests/test_conformance),
+    and step 2 samples alike again only if the new weights reached TRL's engine."""
+    from evaluators.tasks import rewards
+    from gspo.tracking import read_metrics
+    from gspo.trainer import run_rl
+
+    kw = dict(algorithm="gspo", model=str(toy_sft_model), steps=2, prompts_per_step=4,
+              group_size=4, minibatches=1, lr=1e-2, max_new_tokens=32, threads=1,
+              train_data=[DataSource(str(toy_data / "train.jsonl"))],
+              rollout=RolloutConfig(engine="vllm", dtype="bfloat16"))
+    run_rl(RLConfig(out_dir=str(tmp_path / "native"), **kw), rewards)
+    trl_engine.train(RLConfig(engine="trl", out_dir=str(tmp_path / "trl"), **kw), rewards)
+    native, trl = (read_metrics(tmp_path / r / "metrics.jsonl") for r in ("native", "trl"))
+    assert [r["step"] for r in trl] == [1, 2]
+    for a, b in zip(native, trl):
+        assert (b["reward_mean"], b["response_length"]) == (a["reward_mean"],
+                                                            a["response_length"])
+    assert native[0]["response_length"] != native[1]["response_length"]   # the update mattered
