@@ -3,7 +3,7 @@ mode and its weight sync, then an evaluation on vLLM; per phase the peak memory,
 and the sync time. Fails (exit 1) on any error, naming the phase in one line.
 
     python benchmarks/gpu_check.py [--json FILE] [--work DIR --keep]  # 1 GPU; <= 8 min on an H100
-    python benchmarks/gpu_check.py --smoke [--engine vllm]            # CPU, tiny preset, ~30 s
+    python benchmarks/gpu_check.py --smoke [--engine vllm] [--trl]    # CPU, tiny preset, ~30 s
 
 Nothing is downloaded: the model is random-initialised in Qwen3-1.7B's shapes
 (gspo.memory_plan.PRESETS: hidden 2048, 28 layers, 16 / 8 heads, head_dim 128, MLP 6144,
@@ -19,7 +19,8 @@ own try/except (a failed phase is reported and the next one still runs, from the
   mode: asleep while the trainer runs), the weight sync after every step; sync time measured
   around the engine's update_weights, tokens/s and mfu_* from the trainer's own metrics.jsonl;
 - eval: evaluators.evaluation.evaluate (what `python -m pipeline.evaluate` runs) of the RL
-  model on vLLM, one benchmark (aime), a few problems.
+  model on vLLM, one benchmark (aime), a few problems;
+- rl_trl (`--trl`, before rl): the same RL on TRL's GRPOTrainer (engine: trl).
 
 Per phase: wall seconds; torch.cuda.max_memory_allocated / max_memory_reserved of this process
 (reset between phases); the peak device memory in use by all processes (vLLM's engine runs in
@@ -29,25 +30,23 @@ trainer's mfu_rollout / mfu_old_logprob / mfu_update, eval from the completions'
 (SFT: trained response tokens, RL: generated, eval: generated, engine start excluded). Steps
 after the first are timed where there are several (the first holds warm-ups).
 
-A single process, a world of one: multi-GPU FSDP2 checks need torchrun and are out of scope. So
-the trainer's fp32 weights, gradients and AdamW moments (16 bytes a parameter, ~26 GiB at 1.7B)
-sit whole on the one GPU, not sharded as in gspo.memory_plan's 8-GPU plan.
-`--smoke` runs the same phases on CPU with the `tiny` preset, fp32 and the torch rollout engine
-(`--engine vllm`: the vLLM CPU build, about a minute more: it starts twice), so the script's own
-code is exercised without a GPU (tests/test_gpu_check.py); memory there is the resident set of
-this process and its children, and MFU is against a nominal peak (1e11 FLOP/s) that says
-nothing about the machine.
+A world of one (multi-GPU FSDP2 needs torchrun: out of scope), so the trainer's fp32 weights,
+gradients and AdamW moments (16 bytes a parameter, ~26 GiB at 1.7B) sit whole on the one GPU.
+`--smoke` runs the same phases on CPU (the `tiny` preset, fp32, the torch engine; `--engine
+vllm`: the vLLM CPU build, a minute more) so the script's code runs without a GPU
+(tests/test_gpu_check.py); memory there is this process's and its children's resident set, MFU
+against a nominal 1e11 FLOP/s.
 
-The generic parts (the memory sampler, the random Qwen3 writer, the parameter and FLOP
-counts, the table) are in benchmarks/gpu_check_parts.py beside it.
-
-The output: progress lines, a table, then one JSON line (also written to --json FILE) to paste
-into docs/EXPERIMENTS.md; failures go to stderr as `gpu_check: FAILED <phase>: <error>`.
+The generic parts (memory sampler, random Qwen3 writer, parameter and FLOP counts, table) are
+in benchmarks/gpu_check_parts.py. The output: progress lines, a table, then one JSON line (also
+in --json FILE) for docs/EXPERIMENTS.md; failures go to stderr as `gpu_check: FAILED <phase>:
+<error>`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import json
@@ -67,7 +66,7 @@ from gpu_check_parts import (GIB, MemoryMonitor, count_params_of, dir_bytes, eva
 
 H100_BF16 = 989e12
 NOMINAL_CPU = 1e11
-PHASES = ("build", "sft", "rl", "eval")
+PHASES = ("build", "sft", "rl_trl", "rl", "eval")     # rl_trl with --trl only
 
 # per mode: what a check does unless a flag says otherwise
 DEFAULTS = {
@@ -258,10 +257,8 @@ class Check:
                         threads=a.threads, rollout=rollout)
 
     def instrument(self, trainer) -> tuple[list, list, list]:
-        """Wrap the trainer in place, since its metrics hold neither the sync time nor the
-        memory while the engine sleeps: the seconds of every weight sync (the engine's
-        update_weights) and checkpoint, and on CUDA the memory right after every sampling.
-        Returns those three lists, filled as the trainer runs."""
+        """Wrap the trainer in place for what its metrics lack: the seconds of every weight
+        sync and checkpoint, and on CUDA the memory right after every sampling (the lists)."""
         import torch
 
         syncs, ckpts, asleep = [], [], []
@@ -285,29 +282,14 @@ class Check:
         """The RL phase's record from the trainer's metrics.jsonl rows and instrument()'s lists;
         raises where a step or a sync is missing, or the engine was awake after sampling."""
         steps = self.args.rl_steps
-        if len(rows) != steps or len(syncs) != steps:
-            raise RuntimeError(f"{len(rows)} metric records and {len(syncs)} weight syncs for "
-                               f"{steps} steps")
-        gen = [r["tokens_generated"] - (rows[i - 1]["tokens_generated"] if i else 0)
-               for i, r in enumerate(rows)]
-        if min(gen) <= 0:
-            raise RuntimeError(f"a step generated no tokens: {gen}")
-        timed_rows = range(1, len(rows)) if len(rows) > 1 else range(len(rows))
-        mean = lambda k: statistics.mean(rows[i][k] for i in timed_rows)   # noqa: E731
-        rec = {"steps": len(rows), "timed_steps": len(timed_rows), "init_s": round(init_s, 2),
-               "reward_mean": round(statistics.mean(r["reward_mean"] for r in rows), 4),
-               "time_rollout_s": round(mean("time_rollout_s"), 3),
-               "time_old_logprob_s": round(mean("time_old_logprob_s"), 3),
-               "time_update_s": round(mean("time_update_s"), 3),     # includes the sync
-               "tokens_per_s": round(sum(gen[i] for i in timed_rows)
-                                     / sum(rows[i]["time_rollout_s"] for i in timed_rows), 1),
-               "sync_s": round(statistics.mean(syncs[1:] or syncs), 3),
-               "sync_first_s": round(syncs[0], 3),
-               "checkpoint_s": round(sum(ckpts), 2),
-               "logprob_gap_token_mean": float(f"{mean('logprob_gap_token_mean'):.3g}")}
-        for k in ("mfu_rollout", "mfu_old_logprob", "mfu_update"):
-            if all(k in rows[i] for i in timed_rows):
-                rec[k] = round(mean(k), 4)
+        if len(syncs) != steps:
+            raise RuntimeError(f"{len(syncs)} weight syncs for {steps} steps")
+        rec, mean = self.step_means(rows)
+        rec.update(init_s=round(init_s, 2),
+                   time_old_logprob_s=round(mean("time_old_logprob_s"), 3),
+                   sync_s=round(statistics.mean(syncs[1:] or syncs), 3),
+                   sync_first_s=round(syncs[0], 3), checkpoint_s=round(sum(ckpts), 2),
+                   logprob_gap_token_mean=float(f"{mean('logprob_gap_token_mean'):.3g}"))
         if asleep:
             rec["engine_asleep"] = {k: (round(statistics.mean(s[k] for s in asleep), 2)
                                         if k != "engine_sleeping" else all(s[k] for s in asleep))
@@ -315,6 +297,46 @@ class Check:
             if not rec["engine_asleep"]["engine_sleeping"]:
                 raise RuntimeError("sleep mode on, yet the engine was awake after sampling")
         return rec
+
+    def step_means(self, rows: list[dict]):
+        """(an RL phase's record from its metrics.jsonl rows: times, tokens/s, MFU over the
+        steps after the first; that mean of a metric); raises on a missing or empty step."""
+        if len(rows) != self.args.rl_steps:
+            raise RuntimeError(f"{len(rows)} metric records for {self.args.rl_steps} steps")
+        gen = [r["tokens_generated"] - (rows[i - 1]["tokens_generated"] if i else 0)
+               for i, r in enumerate(rows)]
+        if min(gen) <= 0:
+            raise RuntimeError(f"a step generated no tokens: {gen}")
+        timed_rows = range(1, len(rows)) if len(rows) > 1 else range(len(rows))
+        mean = lambda k: statistics.mean(rows[i][k] for i in timed_rows)   # noqa: E731
+        rec = {"steps": len(rows), "timed_steps": len(timed_rows),
+               "reward_mean": round(statistics.mean(r["reward_mean"] for r in rows), 4),
+               "time_rollout_s": round(mean("time_rollout_s"), 3),
+               "time_update_s": round(mean("time_update_s"), 3),     # includes the sync
+               "tokens_per_s": round(sum(gen[i] for i in timed_rows)
+                                     / sum(rows[i]["time_rollout_s"] for i in timed_rows), 1)}
+        for k in ("mfu_rollout", "mfu_old_logprob", "mfu_update"):
+            if all(k in rows[i] for i in timed_rows):
+                rec[k] = round(mean(k), 4)
+        return rec, mean
+
+    # -- rl on TRL -----------------------------------------------------------------------------
+    def rl_trl(self) -> dict:
+        """`--trl`: the same RL on TRL's GRPOTrainer from the same model, before the native run
+        prunes it; vllm: on the project's engine (gspo.trl_rollout). No token budget or chunked
+        log-probs in TRL: micro-batches of 4 sequences bound its logits instead."""
+        from evaluators.tasks import rewards
+        from gspo import trl_engine
+        from gspo.tracking import read_metrics
+
+        out = self.work / "rl_trl"
+        cfg = dataclasses.replace(self.rl_config(out), engine="trl", micro_batch_size=4,
+                                  max_tokens_per_micro_batch=0, logprob_chunk=0)
+        try:
+            trl_engine.train(cfg, functools.partial(rewards, workers=cfg.reward_workers))
+            return self.step_means(read_metrics(out / "metrics.jsonl"))[0]
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
 
     # -- eval --------------------------------------------------------------------------------
     def eval(self) -> dict:
@@ -358,13 +380,16 @@ class Check:
 
     # -- the whole check ---------------------------------------------------------------------
     def main(self) -> int:
-        for name, fn in zip(PHASES, (self.build, self.sft, self.rl, self.eval)):
-            self.run(name, fn)
+        fns = {"build": self.build, "sft": self.sft, "rl_trl": self.rl_trl, "rl": self.rl,
+               "eval": self.eval}
+        phases = [p for p in PHASES if p != "rl_trl" or self.args.trl]
+        for name in phases:
+            self.run(name, fns[name])
         self.monitor.close()
         failed = {k: v["error"] for k, v in self.report["phases"].items() if v["status"] != "ok"}
         self.report["ok"] = not failed
         self.report["failures"] = [f"{k}: {v}" for k, v in failed.items()]
-        print_table(self.report, PHASES)
+        print_table(self.report, phases)
         if not self.args.keep:
             shutil.rmtree(self.work, ignore_errors=True)
         else:
@@ -384,6 +409,8 @@ def parse_args(argv=None):
                     help="CPU, the tiny preset, fp32, torch engine: the script's code path")
     ap.add_argument("--engine", choices=("vllm", "torch"),
                     help="rollout and evaluation engine (default: vllm, --smoke: torch)")
+    ap.add_argument("--trl", action="store_true",
+                    help="also RL on TRL's GRPOTrainer (engine: trl), from the same SFT model")
     ap.add_argument("--work", help="work folder (default: a fresh temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder and checkpoints")
     ap.add_argument("--json", help="also write the final JSON line to this file")

@@ -150,7 +150,7 @@ def print_table(report: dict, phases) -> None:
           f"{'peak_GiB':>8s} {'mfu':>22s} {'tokens/s':>9s} {'sync_s':>7s}")
     for name in phases:
         r = report["phases"].get(name, {"status": "-"})
-        if name == "rl" and "mfu_update" in r:
+        if name.startswith("rl") and "mfu_update" in r:
             mfu = "/".join(_fmt(r.get(k), ".3f") for k in ("mfu_rollout", "mfu_old_logprob",
                                                             "mfu_update"))
         else:

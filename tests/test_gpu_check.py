@@ -16,7 +16,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-PHASES = ("build", "sft", "rl", "eval")
+PHASES = ("build", "sft", "rl_trl", "rl", "eval")
 
 
 def smoke(tmp_path, *flags):
@@ -38,7 +38,7 @@ def row(stdout: str, phase: str) -> str:
 
 @pytest.mark.slow
 def test_smoke_runs_every_phase_and_reports_plausible_numbers(tmp_path):
-    r, report = smoke(tmp_path)
+    r, report = smoke(tmp_path, "--trl")
     assert r.returncode == 0, r.stderr[-4000:]
     assert "FAILED" not in r.stderr
     assert report["ok"] and report["failures"] == [] and report["world_size"] == 1
@@ -55,6 +55,9 @@ def test_smoke_runs_every_phase_and_reports_plausible_numbers(tmp_path):
     assert 0 <= rl["sync_s"] < 5 and 0 <= rl["sync_first_s"] < 5
     assert all(0 < rl[k] < 1 for k in ("mfu_rollout", "mfu_old_logprob", "mfu_update"))
     assert rl["logprob_gap_token_mean"] < 1e-3     # fp32 torch engine: the trainer's own numbers
+    trl = ph["rl_trl"]                             # --trl: the same RL on TRL, from the SFT model
+    assert trl["steps"] == 2 and trl["tokens_per_s"] > 0 and "mfu_old_logprob" not in trl
+    assert all(0 < trl[k] < 1 for k in ("mfu_rollout", "mfu_update"))
     ev = ph["eval"]
     assert ev["problems"] == 8 and ev["samples"] == 16 and ev["tokens"] > 0
     assert ev["tokens_per_s"] > 0 and 0 < ev["mfu"] < 1
