@@ -174,7 +174,12 @@ class Trainer:
 
     def old_logprobs(self, batch, rows: torch.Tensor | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Old log-probs and entropy (B, T) of `batch`'s rows `rows` (None: all; the others 0)."""
+        """Old log-probs and entropy (B, T) of `batch`'s rows `rows` (None: all; the others 0:
+        the update's on-policy forward gives them). Every rank takes part in a pass, with rows
+        or without (FSDP's collectives); with one minibatch no rank makes one."""
+        if rows is not None and self.cfg.minibatches == 1:
+            zero = torch.zeros_like(batch["target_mask"])
+            return zero, zero.clone()
         self.state["old_logprob_passes"] += 1
         self.policy.eval()
         # MoE: record every router's top-k experts, (B, T, k) per layer, for Routing Replay and
@@ -273,9 +278,7 @@ class Trainer:
         n_local = batch["input_ids"].shape[0]
         rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
         pass_rows = self._pass_rows(step, rows)
-        if cfg.old_logprobs == "recompute" and pass_rows is not None and not len(pass_rows):
-            old_logp, entropy = torch.zeros_like(mask), torch.zeros_like(mask)  # the update's
-        elif cfg.old_logprobs == "recompute":
+        if cfg.old_logprobs == "recompute":
             old_logp, entropy = self.old_logprobs(batch, pass_rows)
         else:
             old_logp, entropy = engine_logp, None
@@ -334,8 +337,6 @@ class Trainer:
         cfg = self.cfg
         if self.is_moe or cfg.rollout_correction != "none" or cfg.old_logprobs != "recompute":
             return None
-        if cfg.minibatches == 1:    # every row is the update's own: no pass (on any rank)
-            return torch.zeros(0, dtype=torch.long)
         first = set(policy_update.on_policy_rows(
             cfg, step, len(rows) * self.world.size).tolist())
         return torch.tensor([i for i, g in enumerate(rows.tolist()) if g not in first],

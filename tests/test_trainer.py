@@ -297,27 +297,34 @@ def test_a_right_padded_batch_needs_no_padding_mask_bit_for_bit(sft_model):
         assert torch.equal(a[real], b[real])
 
 
+@pytest.mark.parametrize("minibatches", [4, 1])
 def test_the_on_policy_minibatch_gives_its_rows_old_logprobs_and_the_pass_skips_them(
-        data, sft_model, tmp_path, monkeypatch):
+        data, sft_model, tmp_path, monkeypatch, minibatches):
     """Before the step's first optimizer step the policy is the old one, so the first
-    minibatch's forward gives its rows' old log-probs: the pass skips them and the run is the
-    one a full pass gives, bit for bit, over 2 epochs whose second reads those old log-probs
-    again; the pass's compute is counted over the rows it ran."""
-    kw = dict(steps=2, epochs=2, ckpt_every=2)
+    minibatch's forward gives its rows' old log-probs: the pass skips them (with one minibatch
+    there is no pass) and the run is the one a full pass gives, bit for bit, over 2 epochs
+    whose second reads those old log-probs again; the pass's compute is counted over the rows
+    it ran."""
+    kw = dict(steps=2, epochs=2, ckpt_every=2, minibatches=minibatches)
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "skip", **kw), rewards)
     monkeypatch.setattr(trainer_mod.Trainer, "_pass_rows", lambda self, step, rows: None)
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path / "full", **kw), rewards)
     skip, full = (read_metrics(tmp_path / r / "metrics.jsonl") for r in ("skip", "full"))
     for a, b in zip(skip, full):
         for k in ("reward_mean", "loss", "grad_norm", "clip_frac_tokens", "ratio_max",
-                  "ratio_min", "old_logprob_passes"):
+                  "ratio_min"):
             assert a[k] == b[k], k
         assert a["clip_frac_tokens_onpolicy"] == 0.0
         assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-5)
+    assert [r["old_logprob_passes"] for r in full] == [1, 2]
+    assert [r["old_logprob_passes"] for r in skip] == ([1, 2] if minibatches > 1 else [0, 0])
     fs, ff = skip[0]["compute_flops"], full[0]["compute_flops"]
-    # generation + 2 epochs x 3 + the pass: a full pass is 1/7 of the full run's count, and
-    # skipping the first of 4 minibatches saves about a quarter of it
-    assert 0.1 * ff / 7 < ff - fs < 0.5 * ff / 7
+    # generation 1 + the pass 1 + 2 epochs x 3: a full pass is 1/8 of the full run's count;
+    # skipping the first of 4 minibatches saves about a quarter of it, of 1 all of it
+    if minibatches > 1:
+        assert 0.1 * ff / 8 < ff - fs < 0.5 * ff / 8
+    else:
+        assert ff - fs == pytest.approx(ff / 8, rel=1e-9)
     for k, w in weights(tmp_path / "full" / "model").items():
         assert torch.equal(weights(tmp_path / "skip" / "model")[k], w), k
 
