@@ -91,13 +91,16 @@ def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, size: int,
     sorted longest first, so that each micro-batch trimmed to its longest row carries little
     padding), or with max_tokens the rows sorted longest first and packed so that rows x the
     longest length stays within the budget (a row longer than the budget goes alone)."""
-    order = sorted(rows.tolist(), key=lambda r: -int(lengths[r]))
+    def longest_first() -> list[int]:
+        return sorted(rows.tolist(), key=lambda r: -int(lengths[r]))
+
     if not max_tokens:
         size = size or max(len(rows), 1)
-        rows = torch.tensor(order, dtype=torch.long) if by_length else rows
+        if by_length:
+            rows = torch.tensor(longest_first(), dtype=torch.long)
         return [rows[j:j + size] for j in range(0, len(rows), size)]
     out: list[list[int]] = []
-    for r in order:
+    for r in longest_first():
         # sorted longest first: the micro-batch's first row sets its padded width
         if out and (len(out[-1]) + 1) * int(lengths[out[-1][0]]) <= max_tokens:
             out[-1].append(r)

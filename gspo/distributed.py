@@ -58,6 +58,12 @@ def init(device: str = "cpu") -> World:
     return world
 
 
+def rank_device(device: str, world: World) -> str:
+    """`device` as this rank uses it: plain "cuda" on several ranks is the rank's own GPU (one
+    colocated rollout engine per rank: gspo.rollout.vllm_engine)."""
+    return f"cuda:{world.local_rank}" if device == "cuda" and world.distributed else device
+
+
 def close(world: World) -> None:
     if world.distributed and dist.is_initialized():
         dist.destroy_process_group()

@@ -117,9 +117,7 @@ class Trainer:
 
     def _make_engine(self, src):
         r = self.cfg.rollout
-        # one engine per rank, each on the rank's own GPU (gspo.rollout.vllm_engine: colocation)
-        device = (f"cuda:{self.world.local_rank}" if r.device == "cuda" and self.world.distributed
-                  else r.device)
+        device = dist.rank_device(r.device, self.world)     # one engine per rank
         if r.engine == "torch":     # a whole copy of its own on every rank
             eng_model = dist.unsharded_copy(self.policy, self.world, getattr(torch, r.dtype))
             return make_engine("torch", src, device=device, dtype=r.dtype, model=eng_model)

@@ -32,11 +32,8 @@ class Rollout:
         from gspo.rollout import make_engine
 
         r = cfg.rollout
-        # one engine per rank, each on the rank's own GPU (as gspo.trainer places it)
-        device = (f"cuda:{world.local_rank}" if r.device == "cuda" and world.distributed
-                  else r.device)
-        self.engine = make_engine("vllm", cfg.model, device=device, dtype=r.dtype, seed=cfg.seed,
-                                  **r.vllm_options())
+        self.engine = make_engine("vllm", cfg.model, device=dist.rank_device(r.device, world),
+                                  dtype=r.dtype, seed=cfg.seed, **r.vllm_options())
         self.cfg, self.tok, self.stop_ids, self.world = cfg, tokenizer, stop_ids, world
         self.synced = 0           # TRL's optimizer step whose weights the engine holds
 

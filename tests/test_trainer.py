@@ -277,6 +277,7 @@ def test_token_budget_micro_batches_pack_longest_first_within_the_budget():
 def test_a_right_padded_batch_needs_no_padding_mask_bit_for_bit(sft_model):
     from gspo.data import causal_only, pad_batch, sequence_logprobs
     from gspo.models import load_model
+    from gspo.objectives import token_logprobs
 
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 60, (n,), generator=g).tolist() for n in (4, 9, 6, 12)]
@@ -290,7 +291,6 @@ def test_a_right_padded_batch_needs_no_padding_mask_bit_for_bit(sft_model):
         fast = sequence_logprobs(model, batch, with_entropy=True)
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                     use_cache=False)
-    from gspo.objectives import token_logprobs
     masked = token_logprobs(out.logits[:, :-1], batch["input_ids"][:, 1:])
     real = batch["attention_mask"][:, 1:].bool()
     for a, b in zip(fast, masked):
