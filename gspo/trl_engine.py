@@ -34,7 +34,7 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import step_metrics
+from gspo import step_metrics, trl_fsdp
 from gspo.config import ConfigError, RLConfig, RolloutConfig
 from gspo.fields import Refusals, to_dict
 from gspo.data import Mix
@@ -162,7 +162,7 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
 
 def check(cfg: RLConfig, world: dist.World = dist.World()) -> None:
     """Raise a one-line ConfigError for the first field TRL cannot honour (on `world`'s
-    ranks: DDP, each rank a share of every minibatch)."""
+    ranks: FSDP2, each rank a share of every minibatch)."""
     if world.distributed:
         share = cfg.prompts_per_step * cfg.group_size // cfg.minibatches
         if share % world.size:
@@ -207,7 +207,8 @@ def grpo_args(cfg: RLConfig, world_size: int = 1) -> dict:
         max_completion_length=cfg.max_new_tokens,
         gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bfloat16",
         use_cpu=cfg.device == "cpu", seed=cfg.seed, report_to="none", save_only_model=False,
-        disable_tqdm=False, remove_unused_columns=False, use_vllm=False)
+        disable_tqdm=False, remove_unused_columns=False, use_vllm=False,
+        **trl_fsdp.fsdp_args(world_size))
 
 
 def prompt_rows(cfg: RLConfig, codec, mix: Mix) -> tuple[list[dict], dict[str, int]]:
@@ -237,6 +238,7 @@ class _Run:
     clock: dict = dataclasses.field(default_factory=dict)
     old_pass: int = 0                        # 1 when TRL makes an old-log-prob pass
     rollout: object = None                   # rollout.engine vllm: gspo.trl_rollout.Rollout
+    sharding: str = "none"                   # gspo.trl_fsdp.sharding: fsdp2 on several ranks
 
     def add_pending(self) -> float:
         """The ranks' compute and tokens since the last record, summed into the counters;
@@ -271,7 +273,8 @@ def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass
 def _export(trl_dir: pathlib.Path, dest: pathlib.Path, state: dict) -> None:
     """TRL checkpoint -> checkpoints/step_S: its model and tokenizer files (not the trainer's
     state), the step and compute evaluation records, and the state naming TRL's checkpoint."""
-    skip = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin")
+    skip = ("optimizer.pt", "optimizer.bin", "pytorch_model_fsdp.bin", "scheduler.pt",
+            "trainer_state.json", "training_args.bin")
     ckpt.export_model_files(
         trl_dir, dest, {"step": state["step"], "stage": "rl", "engine": "trl",
                         "compute_flops": state["counters"]["compute_flops"]}, state,
@@ -379,17 +382,22 @@ def _trainer(run: _Run, reward_fn, out: pathlib.Path):
         from gspo.trl_rollout import Rollout
 
         run.rollout = Rollout(cfg, tok, codec.stop_ids, run.world)
+    if run.world.distributed and cfg.device == "cpu":
+        trl_fsdp.shard_cpu_worlds_too()
     with warnings.catch_warnings():     # rollout_func is marked experimental in TRL
         warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)
-        return trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward],
-                               args=args, train_dataset=Dataset.from_list(rows),
-                               callbacks=[_bridge(run, out / "checkpoints")],
-                               rollout_func=run.rollout)
+        trainer = trl.GRPOTrainer(model=model, processing_class=tok, reward_funcs=[reward],
+                                  args=args, train_dataset=Dataset.from_list(rows),
+                                  callbacks=[_bridge(run, out / "checkpoints")],
+                                  rollout_func=run.rollout)
+    run.sharding = trl_fsdp.check_sharded(trainer.accelerator, run.world.size)
+    return trainer
 
 
 def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib.Path:
     """Train (or resume) cfg's run with TRL inside the caller's stage run; returns out/model.
-    On several ranks (torchrun) TRL runs DDP over the process group `world` set up."""
+    On several ranks (torchrun) TRL shards the model with FSDP2 (gspo.trl_fsdp) over the
+    process group `world` set up."""
     check(cfg, world)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -420,6 +428,7 @@ def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib
         ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
         write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
                                           "engine": "trl", "world_size": world.size,
+                                          "sharding": run.sharding,
                                           **run.counters})
     dist.barrier(world)
     return out / "model"

@@ -3,7 +3,8 @@ vLLM engine (gspo.rollout.vllm_engine), colocated in each training process, by T
 `rollout_func`.
 
 - Weights: before a rollout step's generation the engine gets the policy TRL trains (its full
-  state dict, as the native trainer syncs it), unless it has them already.
+  state dict in the rollout dtype, gathered tensor by tensor under FSDP2, as the native trainer
+  syncs it), unless it has them already.
 - Memory: the engine's `gpu_memory_utilization` share and sleep mode are RolloutConfig's, as
   under the native trainer (on CUDA the engine sleeps while TRL updates).
 - Seeds: prompt i of rollout step s is sampled with the native trainer's seed
@@ -19,6 +20,8 @@ first sync); this engine reloads weights through its own worker extension, teste
 """
 
 from __future__ import annotations
+
+import torch
 
 from gspo import distributed as dist
 from gspo.config import ConfigError, RLConfig
@@ -49,7 +52,8 @@ class Rollout:
         now = trainer.state.global_step
         if now != self.synced:
             policy = trainer.accelerator.unwrap_model(trainer.model)
-            self.engine.update_weights(policy.state_dict())
+            self.engine.update_weights(dist.full_state_dict(   # FSDP2: gathered one at a time
+                policy, self.world, dtype=getattr(torch, cfg.rollout.dtype)))
             self.synced = now
         step = now // (cfg.minibatches * cfg.epochs)
         ids = [self.tok(p, add_special_tokens=False).input_ids for p in uniq]

@@ -1,6 +1,6 @@
 """Cold-start SFT on TRL's SFTTrainer (`engine: trl` in the sft section): the same config,
 records, optimizer, schedule, model files and metrics as the native stage (gspo.sft), with TRL's
-loop, collator, loss, gradient accumulation and DDP doing the training.
+loop, collator, loss, gradient accumulation and FSDP2 (on several ranks) doing the training.
 
 FIELDS says what each SFTConfig field becomes (docs/ENGINES.md shows it as a table; a test holds
 the two to each other). A value TRL cannot honour as this project defines it is a one-line
@@ -11,7 +11,7 @@ ConfigError naming the field and the engine, never a silent change.
   handed to TRL already tokenized, with the response as its completion mask, in order
   (`train_sampling_strategy=sequential`): TRL's step k trains on the native step k's records.
 - Optimizer and schedule: the native stage's AdamW (betas 0.9 / 0.95) and its warm-up + cosine
-  (gspo.sft.lr_at), given to the Trainer; TRL's own defaults differ (a warm-up that starts at 0,
+  (gspo.sft.lr_at), made by the Trainer; TRL's own defaults differ (a warm-up that starts at 0,
   weight decay skipping biases and norms).
 - Metrics under this project's names every log_every steps (TRL logs each step), TRL's own under
   `trl/`; the greedy check (gspo.sft.greedy_accuracy) runs from the same callback.
@@ -28,7 +28,7 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import tokens
+from gspo import tokens, trl_fsdp
 from gspo.config import ConfigError, SFTConfig
 from gspo.fields import to_dict
 from gspo.data import Mix
@@ -52,8 +52,8 @@ FIELDS: dict[str, str] = {
     "eval_problems": "the greedy check's records",
     "steps": "`max_steps`",
     "batch_size": "`per_device_train_batch_size` x `gradient_accumulation_steps` x ranks",
-    "lr": "the native AdamW (betas 0.9 / 0.95) and schedule (gspo.sft.lr_at), given to the "
-          "Trainer (`optimizers`)",
+    "lr": "the native AdamW (betas 0.9 / 0.95) and schedule (gspo.sft.lr_at), made by the "
+          "Trainer (`create_optimizer`, after FSDP2 shards the model)",
     "warmup_steps": "the native schedule (gspo.sft.lr_at)",
     "min_lr_ratio": "the native schedule (gspo.sft.lr_at)",
     "weight_decay": "the native AdamW's, on every parameter",
@@ -105,7 +105,8 @@ def sft_args(cfg: SFTConfig, world_size: int = 1) -> dict:
         gradient_checkpointing=cfg.activation_checkpointing, bf16=cfg.precision == "bfloat16",
         use_cpu=cfg.device == "cpu", seed=cfg.seed, completion_only_loss=True, max_length=None,
         train_sampling_strategy="sequential", logging_steps=1, save_strategy="no",
-        report_to="none", disable_tqdm=False, dataset_num_proc=None)
+        report_to="none", disable_tqdm=False, dataset_num_proc=None,
+        **trl_fsdp.fsdp_args(world_size))
 
 
 def rows(cfg: SFTConfig, codec, mix: Mix) -> list[dict]:
@@ -172,12 +173,36 @@ class _Greedy:
                                self.world, self.cfg.precision)
 
 
+def _trainer_class(base, cfg: SFTConfig):
+    """`base` (TRL's SFTTrainer) with the native stage's AdamW (betas 0.9 / 0.95, weight decay
+    on every parameter) and schedule (gspo.sft.lr_at). Made by the Trainer rather than passed
+    in, as FSDP needs: it shards the model first and the optimizer takes the shards."""
+    from gspo.sft import lr_at
+
+    class Trainer(base):
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                self.optimizer = torch.optim.AdamW(
+                    (model or self.model).parameters(), lr=cfg.lr, betas=(0.9, 0.95),
+                    weight_decay=cfg.weight_decay)
+            return self.optimizer
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if self.lr_scheduler is None:
+                self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                    optimizer or self.optimizer, lambda s: lr_at(s, cfg) / cfg.lr)
+            return self.lr_scheduler
+
+    return Trainer
+
+
 def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.Path:
     """Train cfg's SFT run with TRL inside the caller's stage run; returns out/model. On
-    several ranks (torchrun) TRL runs DDP over the process group `world` set up."""
+    several ranks (torchrun) TRL shards the model with FSDP2 (gspo.trl_fsdp) over the process
+    group `world` set up."""
     from datasets import Dataset
 
-    from gspo.sft import check_lengths, initial_model, lr_at
+    from gspo.sft import check_lengths, initial_model
     from gspo.trl_engine import _trl
 
     check(cfg, world)
@@ -202,26 +227,26 @@ def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.P
     data = rows(cfg, codec, mix)
     log = MetricsLog(out / "metrics.jsonl") if world.main else None
     bridge, counters, last = _callback(cfg, data, FlopCounter(model), greedy, log)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
-                            weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, cfg) / cfg.lr)
+    if world.distributed and cfg.device == "cpu":
+        trl_fsdp.shard_cpu_worlds_too()
     t0 = time.time()
-    trainer = trl.SFTTrainer(model=model, processing_class=tok,
-                             args=trl.SFTConfig(output_dir=str(out / "trl"),
-                                                **sft_args(cfg, world.size)),
-                             train_dataset=Dataset.from_list(data), optimizers=(opt, sched),
-                             callbacks=[bridge])
+    trainer = _trainer_class(trl.SFTTrainer, cfg)(
+        model=model, processing_class=tok, train_dataset=Dataset.from_list(data),
+        args=trl.SFTConfig(output_dir=str(out / "trl"), **sft_args(cfg, world.size)),
+        callbacks=[bridge])
+    sharding = trl_fsdp.check_sharded(trainer.accelerator, world.size)
     trainer.train()
+    weights = dist.full_state_dict(model, world, rank0_only=True) if world.distributed else None
     if world.main:
         state = {"step": cfg.steps, "compute_flops": counters["compute_flops"]}
         final = ckpt.save_checkpoint(out / "checkpoints", cfg.steps, model, tok, state,
                                      meta={"stage": "sft", "engine": "trl", **state},
-                                     precision=cfg.precision)
+                                     weights=weights, precision=cfg.precision)
         ckpt.publish_model(final, out / "model")
         write_json(out / "summary.json", {"steps": cfg.steps, **counters,
                                           "wall_s": time.time() - t0,
                                           **last, "engine": "trl",
-                                          "world_size": world.size})
+                                          "world_size": world.size, "sharding": sharding})
     dist.barrier(world)
     return out / "model"
 

@@ -93,9 +93,10 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
     assert rl["world_size"] == 2 and rl["steps"] == 2 and rl["tokens_generated"] > 0
     rcfg = yaml.safe_load((out / "config" / "rl" / "gspo-seed0.yaml").read_text())
     assert rcfg["rollout"]["engine"] == "vllm" and rcfg["rollout"]["dtype"] == "bfloat16"
-    # the TRL engine rehearsed as the native one: DDP over the same 2 ranks, bf16
+    # the TRL engine rehearsed as the native one: FSDP2 over the same 2 ranks, bf16
     trl = json.loads((out / "rl" / "gspo-trl" / "seed0" / "summary.json").read_text())
-    assert (trl["engine"], trl["world_size"], trl["steps"]) == ("trl", 2, 2)
+    assert (trl["engine"], trl["world_size"], trl["steps"], trl["sharding"]) == (
+        "trl", 2, 2, "fsdp2")
     tcfg = yaml.safe_load((out / "config" / "rl" / "gspo-trl-seed0.yaml").read_text())
     assert (tcfg["engine"], tcfg["precision"]) == ("trl", "bfloat16")
     # real-scale's peak_flops gives MFU under TRL too, from the harness's clock

@@ -113,6 +113,34 @@ def test_trls_own_config_accepts_each_mapping(tmp_path, kw, loss_type, level):
     assert args.generation_batch_size == 16 * 8
 
 
+def test_several_ranks_ask_trl_for_fsdp2_and_one_rank_for_nothing(tmp_path):
+    from gspo import trl_fsdp, trl_sft
+
+    assert "fsdp" not in trl_engine.grpo_args(cfg_of())
+    args = trl_engine._trl().GRPOConfig(output_dir=str(tmp_path),
+                                        **trl_engine.grpo_args(cfg_of(), world_size=2))
+    # what accelerate's FullyShardedDataParallelPlugin is built from
+    plugin = args.fsdp_plugin_args
+    assert plugin["fsdp_version"] == 2 and plugin["state_dict_type"] == "FULL_STATE_DICT"
+    assert plugin["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert plugin["reshard_after_forward"] is True
+    sft = trl_sft.sft_args(trl_sft.SFTConfig(model="tiny", train_data=DATA, batch_size=8), 2)
+    assert {k: sft[k] for k in ("fsdp", "fsdp_config")} == trl_fsdp.fsdp_args(2)
+
+
+def test_a_run_on_several_ranks_that_accelerate_does_not_shard_with_fsdp2_stops():
+    from accelerate import Accelerator
+
+    from gspo import trl_fsdp
+    from gspo.errors import TrainingError
+
+    acc = Accelerator(cpu=True)                  # one process: accelerate's NO
+    assert trl_fsdp.check_sharded(acc, 1) == "none"
+    with pytest.raises(TrainingError, match=r"^engine: trl: accelerate prepared none, not "
+                                            r"FSDP2, on 2 ranks"):
+        trl_fsdp.check_sharded(acc, 2)
+
+
 def test_the_docs_table_is_the_codes_mapping():
     text = (ROOT / "docs" / "ENGINES.md").read_text().split("## What TRL receives")[1]
     text = text.split("\n## ")[0]
@@ -122,11 +150,12 @@ def test_the_docs_table_is_the_codes_mapping():
 
 # -- real TRL runs -----------------------------------------------------------------------------
 
-def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="") -> pathlib.Path:
+def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="", new_tokens=8) -> pathlib.Path:
     cfg = tmp_path / "rl.yaml"
     cfg.write_text(f"engine: trl\nalgorithm: gspo\nmodel: {model}\nout_dir: {tmp_path / 'rl'}\n"
                    f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\n"
-                   f"prompts_per_step: 2\ngroup_size: 4\nminibatches: 2\nmax_new_tokens: 8\n"
+                   f"prompts_per_step: 2\ngroup_size: 4\nminibatches: 2\n"
+                   f"max_new_tokens: {new_tokens}\n"
                    f"ckpt_every: {ckpt_every}\nthreads: 1\n{extra}")
     return cfg
 
@@ -227,33 +256,69 @@ def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numb
 
 
 @pytest.mark.slow
-def test_trl_on_two_ranks_counts_both_ranks_compute_and_rank_0_alone_writes(tmp_path,
-                                                                          tiny_model_dir, aime_prompts):
+def test_trl_on_two_ranks_shards_with_fsdp2_counts_both_ranks_and_resumes_a_kill_9(
+        tmp_path, toy_sft_model, toy_data):
+    """Two CPU ranks take the FSDP2 path a GPU run takes (gspo.trl_fsdp), not DDP: rank 0 alone
+    writes, both ranks' compute is counted, and a run whose ranks are all killed with -9 resumes
+    from TRL's FSDP checkpoint (whole model, optimizer) to the same numbers and weights."""
     import mlflow
 
+    from gspo.models import load_model
     from gspo.tracking import read_metrics
 
-    db = tmp_path / "mlflow.db"
-    cfg = _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=4, ckpt_every=2)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc-per-node", "2", "-m", "pipeline.train", "--config", str(cfg),
-                        "--tracking-uri", f"sqlite:///{db}", "--experiment", "t"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    def cmd(d: pathlib.Path) -> list[str]:
+        d.mkdir()
+        cfg = _yaml(d, toy_sft_model, toy_data / "train.jsonl", steps=4, ckpt_every=2,
+                    new_tokens=24, extra="lr: 1.0e-2\nepochs: 2\n")
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2", "-m", "pipeline.train", "--config", str(cfg),
+                "--tracking-uri", f"sqlite:///{d / 'mlflow.db'}", "--experiment", "t"]
+
+    ref, killed = tmp_path / "ref", tmp_path / "killed"
+    r = subprocess.run(cmd(ref), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    recs = read_metrics(tmp_path / "rl" / "metrics.jsonl")
+    recs = read_metrics(ref / "rl" / "metrics.jsonl")
     assert [x["step"] for x in recs] == [1, 2, 3, 4]
+    assert any(x["loss"] != 0 for x in recs)          # rewards varied: it trained
     # each step's tokens: both ranks' shares (TRL's mean length is over the gathered batch)
     before = 0
     for x in recs:
         assert x["tokens_generated"] - before == round(x["response_length"] * 2 * 4)
         before = x["tokens_generated"]
-    summary = json.loads((tmp_path / "rl" / "summary.json").read_text())
+    summary = json.loads((ref / "rl" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["tokens_generated"] == before
-    assert sorted(p.name for p in (tmp_path / "rl" / "checkpoints").iterdir()) == [
+    assert summary["sharding"] == "fsdp2"        # as on GPUs (gspo.trl_fsdp), not DDP
+    assert sorted(p.name for p in (ref / "rl" / "checkpoints").iterdir()) == [
         "step_000002", "step_000004"]
-    cl = mlflow.MlflowClient(f"sqlite:///{db}")
-    (run,) = cl.search_runs([cl.get_experiment_by_name("t").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.params["engine"] == "trl"
+    # the export keeps the model, not TRL's FSDP files
+    assert not list((ref / "rl" / "checkpoints").glob("*/*.bin"))
+
+    run = cmd(killed)
+    with open(killed / "stderr.txt", "w") as err:
+        proc = subprocess.Popen(run, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.time() + 300
+    while not (killed / "rl" / "checkpoints" / "step_000002").is_dir():
+        assert proc.poll() is None, (killed / "stderr.txt").read_text()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    # every process of the run at once: torchrun and its ranks (in sessions of their own)
+    import psutil                                       # accelerate's dependency
+
+    for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+        p.kill()
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    r = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    mine = read_metrics(killed / "rl" / "metrics.jsonl")
+    assert [(m["reward_mean"], m["loss"]) for m in mine] == [
+        (x["reward_mean"], x["loss"]) for x in recs]
+    a, _ = load_model(ref / "rl" / "model")
+    b, _ = load_model(killed / "rl" / "model")
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    cl = mlflow.MlflowClient(f"sqlite:///{killed / 'mlflow.db'}")
+    (got,) = cl.search_runs([cl.get_experiment_by_name("t").experiment_id])
+    assert got.info.status == "FINISHED" and got.data.params["engine"] == "trl"
+    assert 2 <= int(got.data.tags["resumed_at_step"]) < 4
 
 
 def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses(tmp_path):

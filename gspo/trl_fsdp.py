@@ -1,0 +1,78 @@
+"""FSDP2 under TRL (`engine: trl` on several ranks): the same sharding as the native trainer's
+(gspo.distributed.shard: `fully_shard` on every decoder layer, then the root), by accelerate.
+
+- `fsdp_args` is what GRPOConfig / SFTConfig (transformers' TrainingArguments) get on several
+  ranks: FSDP version 2, each decoder layer its own unit (the model's `_no_split_modules`),
+  parameters resharded after the forward, and FULL_STATE_DICT checkpoints, so that each TRL
+  checkpoint holds a whole `model.safetensors` the harness exports as the native stage does.
+  The cost: at a checkpoint rank 0 gathers the whole model and optimizer state in host memory
+  (~12 bytes a parameter: fp32 weights and AdamW's two moments).
+- A CPU world: accelerate 1.15 shards with FSDP only from a GPU (or NPU, XPU, ...) state and
+  keeps a CPU world of several processes on DDP whatever the FSDP settings (`AcceleratorState`).
+  `shard_cpu_worlds_too` lifts that one gate, so that the CPU rehearsal and the tests run the
+  FSDP2 path a GPU run takes (FSDP2 itself runs on gloo; the native trainer's tests use it), not
+  DDP. Everything past the gate is accelerate's own code.
+- `sharding` names what a trainer actually does (recorded in summary.json), and
+  `check_sharded` stops a run on several ranks that is not FSDP2 rather than train it otherwise.
+"""
+
+from __future__ import annotations
+
+from gspo.errors import TrainingError
+
+ENGINE = "engine: trl"
+_lifted = False             # shard_cpu_worlds_too has run in this process
+
+
+def fsdp_args(world_size: int) -> dict:
+    """TrainingArguments' FSDP2 settings on `world_size` ranks (none on one)."""
+    if world_size <= 1:
+        return {}
+    return dict(fsdp=True,
+                fsdp_config={"version": 2, "reshard_after_forward": True,
+                             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                             "state_dict_type": "FULL_STATE_DICT"})
+
+
+def shard_cpu_worlds_too() -> None:
+    """Let accelerate shard a CPU world with FSDP as it shards a GPU one (see the module doc).
+    Idempotent; a world that has no FSDP plugin is left as accelerate made it."""
+    global _lifted
+    from accelerate import state
+    from accelerate.utils import DistributedType
+
+    if _lifted:
+        return
+    init = state.AcceleratorState.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        # each construction copies the process state (MULTI_CPU) over the shared one again
+        if kwargs.get("fsdp_plugin") is not None:
+            self.fsdp_plugin = kwargs["fsdp_plugin"]
+        if (self.distributed_type == DistributedType.MULTI_CPU
+                and self.__dict__.get("fsdp_plugin") is not None):
+            self.distributed_type = DistributedType.FSDP
+
+    state.AcceleratorState.__init__ = __init__
+    _lifted = True
+
+
+def sharding(accelerator) -> str:
+    """fsdp2, fsdp1, ddp or none: how `accelerator` wraps the model."""
+    from accelerate.utils import DistributedType
+
+    kind = accelerator.distributed_type
+    if kind == DistributedType.FSDP:
+        return "fsdp2" if accelerator.is_fsdp2 else "fsdp1"
+    return "none" if kind == DistributedType.NO else "ddp"
+
+
+def check_sharded(accelerator, world_size: int) -> str:
+    """The trainer's sharding; on several ranks anything but FSDP2 is a TrainingError."""
+    got = sharding(accelerator)
+    if world_size > 1 and got != "fsdp2":
+        raise TrainingError(f"{ENGINE}: accelerate prepared {got}, not FSDP2, on {world_size} "
+                            f"ranks ({accelerator.distributed_type}); is `fsdp` in the "
+                            "trainer's arguments (gspo.trl_fsdp.fsdp_args)?")
+    return got
