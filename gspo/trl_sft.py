@@ -182,15 +182,16 @@ def _trainer_class(base, cfg: SFTConfig):
     class Trainer(base):
         def create_optimizer(self, model=None):
             if self.optimizer is None:
-                self.optimizer = torch.optim.AdamW(
-                    (model or self.model).parameters(), lr=cfg.lr, betas=(0.9, 0.95),
-                    weight_decay=cfg.weight_decay)
+                params = (self.model if model is None else model).parameters()
+                self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95),
+                                                   weight_decay=cfg.weight_decay)
             return self.optimizer
 
         def create_scheduler(self, num_training_steps, optimizer=None):
             if self.lr_scheduler is None:
                 self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
-                    optimizer or self.optimizer, lambda s: lr_at(s, cfg) / cfg.lr)
+                    self.optimizer if optimizer is None else optimizer,
+                    lambda s: lr_at(s, cfg) / cfg.lr)
             return self.lr_scheduler
 
     return Trainer
