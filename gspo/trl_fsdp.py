@@ -34,6 +34,21 @@ def fsdp_args(world_size: int) -> dict:
                              "state_dict_type": "FULL_STATE_DICT"})
 
 
+def untied_saves(base):
+    """`base` (a transformers Trainer class) whose model files hold an output head tied to the
+    input embedding once, as the native stage's do: FSDP2's gathered state dict carries it as a
+    copy of its own, which save_pretrained cannot tell is tied and would write twice
+    (gspo.checkpoint.untied). A resume reads TRL's FSDP state file, not these."""
+    from gspo.checkpoint import untied
+
+    class Trainer(base):
+        def _save(self, output_dir=None, state_dict=None):
+            super()._save(output_dir, untied(self.accelerator.unwrap_model(self.model),
+                                             state_dict))
+
+    return Trainer
+
+
 def shard_cpu_worlds_too() -> None:
     """Let accelerate shard a CPU world with FSDP as it shards a GPU one (see the module doc).
     Idempotent; a world that has no FSDP plugin is left as accelerate made it."""

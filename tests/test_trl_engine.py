@@ -290,8 +290,12 @@ def test_trl_on_two_ranks_shards_with_fsdp2_counts_both_ranks_and_resumes_a_kill
     assert summary["sharding"] == "fsdp2"        # as on GPUs (gspo.trl_fsdp), not DDP
     assert sorted(p.name for p in (ref / "rl" / "checkpoints").iterdir()) == [
         "step_000002", "step_000004"]
-    # the export keeps the model, not TRL's FSDP files
+    # the export keeps the model, not TRL's FSDP files, and the tied head once (as native runs)
     assert not list((ref / "rl" / "checkpoints").glob("*/*.bin"))
+    from safetensors import safe_open
+
+    with safe_open(ref / "rl" / "model" / "model.safetensors", "pt") as f:
+        assert "lm_head.weight" not in f.keys() and "model.embed_tokens.weight" in f.keys()
 
     run = cmd(killed)
     with open(killed / "stderr.txt", "w") as err:
