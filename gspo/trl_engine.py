@@ -382,15 +382,12 @@ def _trainer(run: _Run, reward_fn, out: pathlib.Path):
         from gspo.trl_rollout import Rollout
 
         run.rollout = Rollout(cfg, tok, codec.stop_ids, run.world)
-    if run.world.distributed and cfg.device == "cpu":
-        trl_fsdp.shard_cpu_worlds_too()
     with warnings.catch_warnings():     # rollout_func is marked experimental in TRL
         warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)
-        trainer = trl_fsdp.untied_saves(trl.GRPOTrainer)(
-            model=model, processing_class=tok, reward_funcs=[reward], args=args,
-            train_dataset=Dataset.from_list(rows), callbacks=[_bridge(run, out / "checkpoints")],
-            rollout_func=run.rollout)
-    run.sharding = trl_fsdp.check_sharded(trainer.accelerator, run.world.size)
+        trainer, run.sharding = trl_fsdp.make_trainer(
+            trl.GRPOTrainer, run.world.size, model=model, processing_class=tok,
+            reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
+            callbacks=[_bridge(run, out / "checkpoints")], rollout_func=run.rollout)
     return trainer
 
 

@@ -14,6 +14,8 @@
   DDP. Everything past the gate is accelerate's own code.
 - `sharding` names what a trainer actually does (recorded in summary.json), and
   `check_sharded` stops a run on several ranks that is not FSDP2 rather than train it otherwise.
+- `make_trainer` is how the RL and SFT stages build their TRL trainer: the gate lifted on
+  several ranks, saves through `untied_saves`, the sharding checked.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ def fsdp_args(world_size: int) -> dict:
                 fsdp_config={"version": 2, "reshard_after_forward": True,
                              "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                              "state_dict_type": "FULL_STATE_DICT"})
+
+
+def make_trainer(base, world_size: int, **kwargs):
+    """(`base`, a TRL trainer class, built from kwargs for `world_size` ranks; its sharding):
+    on several ranks accelerate's CPU gate is lifted first (GPU states never meet it) and the
+    trainer must come out FSDP2."""
+    if world_size > 1:
+        shard_cpu_worlds_too()
+    trainer = untied_saves(base)(**kwargs)
+    return trainer, check_sharded(trainer.accelerator, world_size)
 
 
 def untied_saves(base):

@@ -228,14 +228,11 @@ def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.P
     data = rows(cfg, codec, mix)
     log = MetricsLog(out / "metrics.jsonl") if world.main else None
     bridge, counters, last = _callback(cfg, data, FlopCounter(model), greedy, log)
-    if world.distributed and cfg.device == "cpu":
-        trl_fsdp.shard_cpu_worlds_too()
     t0 = time.time()
-    trainer = _trainer_class(trl.SFTTrainer, cfg)(
-        model=model, processing_class=tok, train_dataset=Dataset.from_list(data),
-        args=trl.SFTConfig(output_dir=str(out / "trl"), **sft_args(cfg, world.size)),
-        callbacks=[bridge])
-    sharding = trl_fsdp.check_sharded(trainer.accelerator, world.size)
+    trainer, sharding = trl_fsdp.make_trainer(
+        _trainer_class(trl.SFTTrainer, cfg), world.size, model=model, processing_class=tok,
+        train_dataset=Dataset.from_list(data), callbacks=[bridge],
+        args=trl.SFTConfig(output_dir=str(out / "trl"), **sft_args(cfg, world.size)))
     trainer.train()
     weights = dist.full_state_dict(model, world, rank0_only=True) if world.distributed else None
     if world.main:
