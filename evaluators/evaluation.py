@@ -13,8 +13,16 @@ workflow: for each benchmark config it writes, each atomically,
 - `<out>/<bench>/checkpoint.json` when the model is a training checkpoint: the step and the
   cumulative training FLOPs it was saved at (gspo.checkpoint.checkpoint_meta).
 
-Resume. The records are sampled and scored in chunks of `batch_prompts` (chunk j with seed + j;
-under torchrun rank r takes chunks r, r + N, ...). While a benchmark runs, each finished chunk's
+Nested draws. A problem's j-th sample is seeded from (seed, problem id, j) alone
+(gspo.rollout.base.problem_seed), never from `limit`, `samples`, `batch_prompts`, the ranks or
+the order the problems come in: the first k samples of each problem of an n-sample evaluation
+are exactly the k-sample evaluation, and the first m problems of a larger evaluation are exactly
+the evaluation of those m. Checkpoints evaluated with one seed share their draws (common random
+numbers: gspo.rollout.torch_engine.sample_next), so a curve over budgets compares models, not
+draws (pipeline.report.curves).
+
+Resume. The records are sampled and scored in chunks of `batch_prompts` (under torchrun rank r
+takes chunks r, r + N, ...). While a benchmark runs, each finished chunk's
 results are written atomically to `<out>/<bench>.partial/chunk_<j>.jsonl` (evaluators.partial),
 beside the benchmark's folder, not in it: Snakemake deletes a failed job's declared outputs,
 never this. A re-run after a kill or a time limit reads the chunks found there instead of
@@ -41,6 +49,7 @@ from evaluators.metrics import aggregate, problem_metrics
 from gspo import distributed as dist
 from gspo import tokens
 from gspo.config import PromptConfig, check, option
+from gspo.rollout.base import problem_seed
 from gspo.tokens import Codec
 from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
 
@@ -67,7 +76,8 @@ class EvalConfig:
     max_new_tokens: int = option(64, "longest completion, in tokens")
     seed: int = option(1234, "sampling seed (the same for every checkpoint)")
     limit: int = option(0, "first N problems of the test set (0: all)")
-    batch_prompts: int = option(64, "prompts per generation batch (chunk j samples with seed + j)")
+    batch_prompts: int = option(64, "prompts per generation batch (changes no result: each "
+                                "problem's samples are seeded from seed and its id)")
     workers: int = option(1, "parallel sandboxes scoring code")
     bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
     keep_completions: bool = option(False, "keep the completions in results.jsonl")
@@ -131,10 +141,12 @@ def score_completions(records: list[dict], completions: list[list[str]],
 
 def _sample_chunk(engine, codec: Codec, chunk: list[dict], *, samples, temperature, top_p,
                   max_new_tokens, seed):
-    """(texts, finish reasons, token counts) per record of `chunk`, sampled with `seed`."""
+    """(texts, finish reasons, token counts) per record of `chunk`, sampled with `seed` (each
+    record's samples from its own problem_seed)."""
     prompts = [codec.prompt(r["prompt"]) for r in chunk]
     groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
-                             max_new_tokens=max_new_tokens, seed=seed,
+                             max_new_tokens=max_new_tokens,
+                             seed=[problem_seed(seed, r["id"]) for r in chunk],
                              stop_token_ids=codec.stop_ids)
     return ([[codec.decode(c.token_ids) for c in group] for group in groups],
             [[c.finish_reason for c in group] for group in groups],
@@ -165,8 +177,9 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
     (see the module doc for its fields). `codec` (gspo.tokens) encodes the prompts, names the
     stop ids and decodes the completions without special tokens.
 
-    The records go in chunks of `batch_prompts`, chunk j sampled with seed + j, so the results
-    are deterministic in (records, seed, batch_prompts) whichever process samples which chunk.
+    The records go in chunks of `batch_prompts`; each record's samples are seeded from (seed,
+    its id, the sample's index) alone (problem_seed), so the results are deterministic in
+    (records, seed) whichever chunk or process samples a record, and nest in `samples`.
     Data-parallel under torchrun: rank r samples and scores the chunks j = r, r + N, ... and
     every rank gets all the results, in record order: the same as one process. With a `store`
     (evaluators.partial; made with settings that give these results) each chunk's results are
@@ -184,7 +197,7 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
         if rows is None:
             texts, finish, lengths = _sample_chunk(
                 engine, codec, chunk, samples=samples, temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new_tokens, seed=seed + j)
+                max_new_tokens=max_new_tokens, seed=seed)
             scores = score_completions(chunk, texts, workers)
             rows = [_result(*x, keep_completions) for x in
                     zip(chunk, texts, scores, finish, lengths)]

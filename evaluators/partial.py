@@ -2,7 +2,7 @@
 evaluation resumes where it stopped.
 
 evaluators.evaluation.evaluate_records samples the records in chunks of `batch_prompts` (chunk j
-with seed + j: the same completions whichever process samples it). Given a `ChunkStore`, it
+whose records are seeded by their ids: the same completions whichever process samples it). Given a `ChunkStore`, it
 writes each chunk's per-record results, once sampled and scored, to `<folder>/chunk_<j>.jsonl`
 (atomically: a chunk file there is whole), and reads a chunk found there back instead of
 sampling it, so a resumed evaluation gives what an uninterrupted one gives. Under torchrun every
@@ -29,7 +29,8 @@ from gspo import distributed as dist
 from gspo.checkpoint import model_fingerprint
 from gspo.io import atomic_write_text, file_sha256, write_json
 
-FORMAT = 1              # of the chunk files: a change discards the stores of older versions
+FORMAT = 2              # of the chunk files: a change discards the stores of older versions
+                        # (2: samples seeded per problem id, gspo.rollout.base.problem_seed)
 # EvalConfig fields that change no per-record result: the data's path (its content is keyed), the
 # sandboxes scoring in parallel, the summary's bootstrap and the protocol's name
 NOT_KEYED = ("data", "workers", "bootstrap_iters", "protocol")

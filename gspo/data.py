@@ -42,7 +42,8 @@ class Mix:
 
 
 def prompt_seed(seed: int, step: int, prompt: int) -> int:
-    """The sampling seed of step `step`'s `prompt`-th prompt (31 bits: vLLM multiplies it by n)."""
+    """The sampling seed of step `step`'s `prompt`-th prompt (31 bits); times the group size it
+    is the seed of the prompt's first sample (gspo.rollout.torch_engine.sample_seeds)."""
     h = hashlib.sha256(f"rollout:{seed}:{step}:{prompt}".encode()).digest()
     return int.from_bytes(h[:4], "big") >> 1
 

@@ -158,7 +158,8 @@ class Trainer:
         base = draw * cfg.prompts_per_step          # draw k's prompts get seeds of their own
         groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
                                       top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      seed=[prompt_seed(cfg.seed, step, base + i) for i in mine],
+                                      seed=[prompt_seed(cfg.seed, step, base + i) * cfg.group_size
+                                            for i in mine],
                                       stop_token_ids=self.codec.stop_ids,
                                       return_routing=self.want_engine_routing)
         flat_r, flat_p, flat_c, texts = [], [], [], []

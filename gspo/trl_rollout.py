@@ -61,7 +61,7 @@ class Rollout:
         groups = self.engine.generate(
             ids, n=G, temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens, stop_token_ids=self.stop_ids,
-            seed=[prompt_seed(cfg.seed, step, first + i) for i in range(len(ids))])
+            seed=[prompt_seed(cfg.seed, step, first + i) * G for i in range(len(ids))])
         return {"prompt_ids": [p for p in ids for _ in range(G)],
                 "completion_ids": [c.token_ids for g in groups for c in g],
                 "logprobs": [c.logprobs for g in groups for c in g]}

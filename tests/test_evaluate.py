@@ -12,7 +12,7 @@ from evaluators import tasks
 from gspo.config import ConfigError
 from gspo.io import write_jsonl
 from gspo.tokens import Codec
-from toys import memorise
+from toys import memorise, nested_draws
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,6 +93,22 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
         assert res["c"] == sum(res["scores"]) and res["n"] == 4
         assert set(res) >= {"id", "task", "n", "c", "pass@1", "pass@k", "avg@n", "completions"}
         assert all(n <= 12 for n in res["n_tokens"])
+
+
+def test_the_first_samples_of_a_larger_evaluation_are_the_smaller_evaluation(tiny_model_dir):
+    """Nested draws (issue 40): a problem's j-th sample depends on (seed, id, j) alone, so the
+    8 x 2 evaluation is exactly the first 2 samples of the 8 problems in a 24 x 8 one, whatever
+    the batches and the order; and the draws differ between samples and problems."""
+    from gspo.models import load_model
+    from gspo.rollout import make_engine
+
+    model, tok = load_model(tiny_model_dir)
+    engine = make_engine("torch", tiny_model_dir, model=model)
+    records = aime.generate(24, split="test", seed=3, difficulty="easy")
+    small, first_two = nested_draws(engine, tok, records)
+    assert small == first_two
+    assert any(a != b for a, b in small)                 # two samples, two draws
+    assert len({tuple(c) for c in small}) == len(small)  # no problem repeats another's draws
 
 
 def test_code_benchmarks_are_scored_by_their_own_batched_scorer(problems):
@@ -210,6 +226,15 @@ class Counting:
 MAKE_ENGINE = ev.make_engine
 
 
+def sampled(engine: Counting, problems) -> list[int]:
+    """The problem each generate call sampled (one problem a chunk), read off its seeds: a
+    problem's samples are seeded by its id (gspo.rollout.base.problem_seed), not its chunk."""
+    from gspo.rollout.base import problem_seed
+
+    index = {problem_seed(5, p["id"]): k for k, p in enumerate(problems)}
+    return [index[call[0]] for call in engine.seeds]
+
+
 def _cfg(data_dir, **kw):
     # hot enough that the samples vary with the seed; one problem a chunk: three chunks
     return ev.EvalConfig(**{**dict(benchmark="aime", data=str(data_dir / "aime_test.jsonl"),
@@ -241,16 +266,16 @@ def _files(out):
 
 
 def test_a_killed_evaluation_resumes_from_its_chunks_and_gives_the_uninterrupted_results(
-        memorised, data_dir, tmp_path, monkeypatch, capsys):
+        memorised, problems, data_dir, tmp_path, monkeypatch, capsys):
     cfg = _cfg(data_dir)
     made, _ = _evaluate(memorised, cfg, tmp_path / "fresh", monkeypatch)
-    assert made[0].seeds == [5, 6, 7]                      # chunk j samples with seed + j
+    assert sampled(made[0], problems) == [0, 1, 2]
     fresh_results, fresh_summary = _files(tmp_path / "fresh")
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["aime"]   # store removed
 
     out = tmp_path / "resumed"
     made, result = _evaluate(memorised, cfg, out, monkeypatch, fail_at=3)   # dies in chunk 2
-    assert result is None and made[0].seeds == [5, 6]
+    assert result is None and sampled(made[0], problems) == [0, 1]
     store = out / "aime.partial"
     assert sorted(p.name for p in store.iterdir()) == ["chunk_00000.jsonl", "chunk_00001.jsonl",
                                                         "key.json"]
@@ -258,7 +283,7 @@ def test_a_killed_evaluation_resumes_from_its_chunks_and_gives_the_uninterrupted
     (store / "chunk_00000.jsonl").unlink()                 # as if chunk 0 had never finished
     capsys.readouterr()
     made, _ = _evaluate(memorised, cfg, out, monkeypatch)
-    assert made[0].seeds == [5, 7]                         # chunk 1 read back, not resampled
+    assert sampled(made[0], problems) == [0, 2]           # chunk 1 read back, not resampled
     assert "resuming a partial evaluation: 1 chunk(s) done" in capsys.readouterr().out
     results, summary = _files(out)
     assert results == fresh_results
@@ -267,15 +292,16 @@ def test_a_killed_evaluation_resumes_from_its_chunks_and_gives_the_uninterrupted
     assert sorted(p.name for p in out.iterdir()) == ["aime"]
 
 
-def test_a_partial_evaluation_made_with_other_settings_is_discarded(memorised, data_dir, tmp_path,
-                                                                   monkeypatch, capsys):
+def test_a_partial_evaluation_made_with_other_settings_is_discarded(memorised, problems, data_dir,
+                                                                   tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     made, _ = _evaluate(memorised, _cfg(data_dir), out, monkeypatch, fail_at=3)
-    assert made[0].seeds == [5, 6] and (out / "aime.partial" / "chunk_00001.jsonl").is_file()
+    assert sampled(made[0], problems) == [0, 1]
+    assert (out / "aime.partial" / "chunk_00001.jsonl").is_file()
     capsys.readouterr()
     hotter = _cfg(data_dir, temperature=1.5)
     made, _ = _evaluate(memorised, hotter, out, monkeypatch)
-    assert made[0].seeds == [5, 6, 7]                      # every chunk sampled again
+    assert sampled(made[0], problems) == [0, 1, 2]        # every chunk sampled again
     lines = [line for line in capsys.readouterr().out.splitlines() if "aime.partial" in line]
     assert len(lines) == 1 and "other settings" in lines[0] and "discarded" in lines[0]
     _evaluate(memorised, hotter, tmp_path / "fresh", monkeypatch)

@@ -146,8 +146,21 @@ def test_noise_drawn_several_steps_ahead_is_the_noise_of_one_draw_per_step():
 
 def test_sample_seeds_follow_vllms_request_seeds():
     assert sample_seeds(3, 2, 2) == [12, 13, 14, 15]            # (3*2+i)*2 + j
-    assert sample_seeds([5, 9], 2, 3) == [15, 16, 17, 27, 28, 29]
+    # one seed per prompt: its first sample's, then + j whatever n is (a vLLM request seeded s)
+    assert sample_seeds([5, 9], 2, 3) == [5, 6, 7, 9, 10, 11]
+    assert sample_seeds([5, 9], 2, 2) == [5, 6, 9, 10]
     assert len(set(sample_seeds(0, 10, 4))) == 40
+
+
+def test_problem_seeds_leave_room_for_every_sample_and_depend_on_seed_and_id_alone():
+    from gspo.rollout.base import SAMPLE_SLOTS, problem_seed
+
+    ids = [f"aime-test-{i}" for i in range(2000)]
+    seeds = [problem_seed(1234, i) for i in ids]
+    assert seeds == [problem_seed(1234, i) for i in ids]          # a pure function
+    assert all(s % SAMPLE_SLOTS == 0 and 0 <= s < 2**63 for s in seeds)
+    assert len(set(seeds)) == len(ids)                            # streams 2**20 apart
+    assert seeds != [problem_seed(1235, i) for i in ids]
 
 
 def test_two_close_models_with_the_same_seeds_share_their_sampling_noise(tiny_model_dir):

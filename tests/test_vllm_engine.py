@@ -237,6 +237,18 @@ def test_prompts_without_tokens_or_without_room_are_rejected(setup):
     assert s.engine.generate([], n=2, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=0) == []
 
 
+def test_the_first_samples_of_a_larger_evaluation_are_the_smaller_evaluation(setup):
+    """Nested draws on vLLM (issue 40; test_evaluate has the torch engine's): the first two
+    samples of each of 8 problems in a 24 x 8 evaluation are the 8 x 2 evaluation."""
+    from evaluators.benchmarks import aime
+    from toys import nested_draws
+
+    records = aime.generate(24, split="test", seed=3, difficulty="easy")
+    small, first_two = nested_draws(setup.engine, setup.tok, records)
+    assert small == first_two
+    assert any(a != b for a, b in small)
+
+
 def test_asking_the_vllm_engine_for_routed_experts_is_refused_with_the_alternative(setup):
     with pytest.raises(NotImplementedError, match="routed experts.*use the torch engine"):
         setup.engine.generate(setup.prompts[:1], n=1, max_new_tokens=4, seed=0, return_routing=True)

@@ -51,3 +51,18 @@ def offline_errors(calls: str, tmp_path) -> list[str]:
     lines = out.stdout.strip().splitlines()
     assert len(lines) == len(calls.strip().splitlines()), (out.stdout, out.stderr[-2000:])
     return lines
+
+
+def nested_draws(engine, tok, records) -> tuple[list, list]:
+    """The completions of (limit, samples) = (8, 2) and of (24, 8) on `records`, in other
+    batches and another order: what the curve's intermediate and final evaluations do."""
+    from evaluators import evaluation as ev
+    from gspo.tokens import Codec
+
+    kw = dict(temperature=1.0, top_p=1.0, max_new_tokens=16, seed=1234)
+    small = ev.evaluate_records(engine, Codec(tok), records[:8], samples=2, batch_prompts=3, **kw)
+    large = ev.evaluate_records(engine, Codec(tok), records[:24][::-1], samples=8,
+                                batch_prompts=64, **kw)
+    by_id = {r["id"]: r for r in large}
+    return ([r["completions"] for r in small],
+            [by_id[r["id"]]["completions"][:2] for r in small])

@@ -5,6 +5,7 @@ gspo.rollout re-exports it beside make_engine, which imports the engines."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Protocol
 
 
@@ -30,6 +31,20 @@ class Engine(Protocol):
 
 
 ENGINES = ("torch", "vllm")
+
+# Samples a problem's seed leaves room for: its j-th sample is problem_seed + j (sample_seeds).
+SAMPLE_SLOTS = 1 << 20
+
+
+def problem_seed(seed: int, problem_id: str) -> int:
+    """The seed of a problem's first sample in an evaluation seeded `seed`: a function of the
+    seed and the problem's id alone, so a problem's j-th sample (seed + j) is the same draw
+    whatever else the evaluation holds (limit, samples, batch, ranks, order): the first k
+    samples of an n-sample evaluation are its k-sample evaluation, and a subset of problems is
+    that subset's evaluation. SAMPLE_SLOTS apart (40 hash bits above 20 free ones, < 2**63
+    as vLLM's and torch's generators take), so no two problems' samples share a stream."""
+    h = hashlib.sha256(f"eval:{int(seed)}:{problem_id}".encode()).digest()
+    return (int.from_bytes(h[:5], "big")) * SAMPLE_SLOTS
 
 
 def nothing_to_generate(prompts: list[list[int]], n: int) -> bool:

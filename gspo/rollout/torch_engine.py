@@ -11,7 +11,8 @@ replaces only the attention cache with a preallocated static one:
 
 Determinism: every sample has its own `torch.Generator`, seeded as vLLM seeds its requests
 (sample_seeds), so the same model, prompts and arguments give the same completions on CPU; with
-one seed per prompt a prompt's samples do not depend on the call it was in; and two models given
+one seed per prompt a prompt's samples do not depend on the call it was in nor on how many were
+asked for (an evaluation's first k samples are its k-sample evaluation); and two models given
 the same seeds share their sampling noise (sample_next: common random numbers, which pair the
 evaluations of two checkpoints sample by sample).
 """
@@ -90,10 +91,14 @@ class RaceNoise:
 
 
 def sample_seeds(seed: int | list[int], n_prompts: int, n: int) -> list[int]:
-    """The seed of each sample, prompt-major: prompt i of a call gets (seed * n_prompts + i) * n,
-    or seeds[i] * n with one seed per prompt, and its j-th sample that + j (as vLLM seeds
-    them: gspo.rollout.vllm_engine), so no two samples of a call share a stream."""
-    base = ([int(x) * n for x in seed] if isinstance(seed, list)
+    """The seed of each sample, prompt-major, as vLLM seeds its requests (a request seeded s
+    gives its j-th of n samples s + j: gspo.rollout.vllm_engine). With one int, prompt i of a
+    call is the request (seed * n_prompts + i) * n, so no two samples of a call share a stream.
+    With a list, seeds[i] is the seed of prompt i's first sample and its j-th sample gets
+    seeds[i] + j: a prompt's samples then depend neither on the call it was in nor on n (its
+    first k samples are the same for any n >= k), given seeds that lie at least n apart
+    (gspo.data.prompt_seed times n, rollout.base.problem_seed)."""
+    base = ([int(x) for x in seed] if isinstance(seed, list)
             else [(seed * n_prompts + i) * n for i in range(n_prompts)])
     return [b + j for b in base for j in range(n)]
 

@@ -55,10 +55,11 @@ Under torchrun each rank's engine gets its own share of the cores (VLLM_CPU_OMP_
 unless set), where vLLM's own binding would put every rank's engine on the same ones.
 
 Seeds. vLLM seeds each request, and gives the j-th of n samples seed + j. Prompt i of a call is
-sent with seed (seed * len(prompts) + i) * n (or seeds[i] * n when `seed` is a list, one per
-prompt: the samples of a prompt then do not depend on the call it was in), so no two samples of
-one call share a stream, even
-for duplicate prompts. Same engine, prompts and arguments give the same completions (CPU).
+sent with seed (seed * len(prompts) + i) * n, so no two samples of one call share a stream, even
+for duplicate prompts; or with seeds[i] when `seed` is a list, one per prompt (the seed of its
+first sample): the samples of a prompt then depend neither on the call it was in nor on n
+(gspo.rollout.torch_engine.sample_seeds, the same streams). Same engine, prompts and arguments
+give the same completions (CPU).
 """
 
 from __future__ import annotations
@@ -324,7 +325,7 @@ class VLLMEngine:
                                  f"{self.max_model_len}")
             params.append(SamplingParams(
                 n=n, temperature=temperature, top_p=top_p, max_tokens=room,
-                seed=(seed[i] if isinstance(seed, list) else seed * P + i) * n, logprobs=0,
+                seed=int(seed[i]) if isinstance(seed, list) else (seed * P + i) * n, logprobs=0,
                 stop_token_ids=stop,
                 ignore_eos=True,            # EOS stops only when it is in `stop` (as in torch)
                 detokenize=False, skip_special_tokens=False))
