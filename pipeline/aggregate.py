@@ -123,6 +123,9 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
         if with_problems:
             results = _download_results(cl, rec["run_id"])
             rec["problems"] = {r["id"]: r["avg@n"] for r in results}
+            # each sample's score, in sample order: the curves take every evaluation's first k
+            # (pipeline.report.curves; the draws nest: evaluators.evaluation)
+            rec["samples"] = {r["id"]: r["scores"] for r in results if "scores" in r}
             if rec["benchmark"] == "cf":      # the problems' ratings, for the Elo estimate
                 rec["ratings"] = {r["id"]: r["rating"] for r in results
                                   if r.get("rating") is not None}

@@ -359,6 +359,65 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
     assert "asymptote" in (tmp_path / "scaling_fits.csv").read_text()
 
 
+def _mixed_size_evals(seeds=(0, 1, 2)):
+    """The workflow's evaluations as the default makes them: the SFT model and the last budget
+    on 40 problems x 8 samples, the budgets between on the first 16 x 2. Every checkpoint passes
+    a problem's first two samples more often than its other six (a lucky shared draw), so a
+    curve that plotted each evaluation's own mean would fall at the last budget."""
+    out = []
+    for budget in (0, 25, 50, 75, 100):
+        n, k = (16, 2) if budget in (25, 50, 75) else (40, 8)
+        for s in seeds if budget else (0,):
+            passes = 1 + (budget >= 50) + (budget == 100)      # of every 4 first samples
+            samples = {}
+            for i in range(n):
+                first = [float(((i + j) % 4) < passes) for j in range(2)]
+                rest = [float(((i + j) % 5) == 0) for j in range(k - 2)]
+                samples[f"p{i}"] = first + rest
+            out.append({"variant": "gspo" if budget else "sft", "algorithm": "gspo",
+                        "seed": s, "budget": budget, "step": budget, "benchmark": "aime",
+                        "compute_flops": 1e10 * budget,
+                        "problems": {i: sum(v) / len(v) for i, v in samples.items()},
+                        "samples": samples,
+                        "pass_at_1": sum(map(sum, samples.values())) / (n * k)})
+    return out
+
+
+def test_every_curve_point_uses_one_problem_set_and_sample_count(tmp_path):
+    """Issue 40: evaluations of different sizes give one population per curve (the problems all
+    scored, their first k samples): the SFT point, the intermediate ones, the last one and the
+    fit; the final scores keep the full final evaluation."""
+    from pipeline.report import files, figures, model
+
+    evals = _mixed_size_evals()
+    runs = [dict(_run("gspo", "gspo", s, steps=100), tags={}) for s in (0, 1, 2)]
+    data = {"experiment": "x", "experiment_id": "1", "tracking_uri": "sqlite:///x.db",
+            "rl": runs, "sft": [], "evals": evals}
+    report = model.from_data("x", data, {"bootstrap_iters": 200})
+    assert [p["budget"] for p in report.curve] == [0, 25, 50, 75, 100]
+    assert {(p["n_problems"], p["samples"]) for p in report.curve} == {(16, 2)}
+    ids = [f"p{i}" for i in range(16)]
+    for p in report.curve:
+        es = [e for e in evals if e["budget"] == p["budget"]]
+        want = sum(sum(e["samples"][i][:2]) / 2 for e in es for i in ids) / (16 * len(es))
+        assert p["pass_at_1"] == pytest.approx(want)
+        assert p["ci_low"] <= p["pass_at_1"] <= p["ci_high"]
+    final = report.curve[-1]
+    own = sum(e["problems"][i] for e in evals if e["budget"] == 100 for i in e["problems"]) / 120
+    assert final["pass_at_1"] > report.curve[-2]["pass_at_1"] > own   # no artefactual drop
+    (fit,) = report.fits
+    assert (fit["n_problems"], fit["samples"]) == (16, 2)
+    table = {r["variant"]: r for r in report.table}
+    assert table["gspo"]["n_problems"] == table["sft"]["n_problems"] == 40
+    (draws,) = report.draws
+    assert draws["n_problems"] == 16 and 0 < draws["draw_share"] <= 1
+    head = files.write(report, tmp_path)
+    figures.draw(report, tmp_path)
+    assert head["curves"]["draws"][0]["samples"] == 2
+    assert "16 problems x 2 samples" in (tmp_path / "index.html").read_text()
+    assert (tmp_path / "curve.csv").read_text().count("\n") == 1 + len(report.curve)
+
+
 # ---------------------------------------------------------------------------------------------
 # The claims table
 

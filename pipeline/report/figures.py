@@ -44,30 +44,38 @@ def style(variant: str, runs) -> dict:
 
 
 def fig_score(report, path: pathlib.Path):
-    """Each benchmark's pass@1 against RL compute, mean over seeds with the seed range, the
-    fitted scaling curve dashed (pipeline.report.scaling), and CodeForces' Elo when it was
-    evaluated."""
+    """Each benchmark's pass@1 against RL compute on its curve population (pipeline.report.curves:
+    the same problems and samples at every point, said in the panel's title), mean over seeds
+    with its interval over training runs and problems as a band, the fitted scaling curve dashed
+    (pipeline.report.scaling, through the same points), and CodeForces' Elo on the same
+    population when its problems carry ratings."""
     plt = _plt()
-    panels = [(b, "pass_at_1", TITLES.get(b, b), "pass@1") for b in report.benches]
-    if any(r["eval"].get("cf", {}).get("rating") for r in report.data["rl"]):
-        panels.append(("cf", "rating", "CodeForces Elo", "Elo rating"))
+    pops = {p["benchmark"]: (p["n_problems"], p["samples"]) for p in report.curve}
+    panels = [(b, "pass_at_1", TITLES.get(b, b), "pass@1") for b in report.benches if b in pops]
+    if any(p.get("elo") is not None for p in report.curve if p["benchmark"] == "cf"):
+        panels.append(("cf", "elo", "CodeForces Elo", "Elo rating"))
     fits = {(f["variant"], f["benchmark"]): f["fitted"] for f in report.fits if f.get("fitted")}
     n = max(1, len(panels))
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
     for ax, (bench, metric, title, ylabel) in zip(axes[0], panels):
+        band = ("ci_low", "ci_high") if metric == "pass_at_1" else ("elo_low", "elo_high")
         for var, runs in sorted(report.by_variant.items()):
-            cur = curve(runs, f"eval/{bench}", metric=metric)
-            if not cur:
+            pts = [p for p in report.curve if p["variant"] == var and p["benchmark"] == bench
+                   and p.get(metric) is not None]
+            if not pts:
                 continue
-            xs, ys, lo, hi, _ = zip(*cur)
+            xs = [p["compute_flops"] for p in pts]
             st = style(var, runs)
-            ax.plot(xs, ys, label=f"{var} (n={len(runs)})", **st)
-            ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.18, linewidth=0)
+            ax.plot(xs, [p[metric] for p in pts], label=f"{var} (n={len(runs)})", **st)
+            ax.fill_between(xs, [p[band[0]] for p in pts], [p[band[1]] for p in pts],
+                            color=st["color"], alpha=0.18, linewidth=0)
             fitted = fits.get((var, bench)) if metric == "pass_at_1" else None
             if fitted:
                 fx, fy = zip(*fitted)
                 ax.plot(fx, fy, color=st["color"], linestyle="--", linewidth=1)
-        ax.set_title(title)
+        n_probs, k = pops[bench]
+        ax.set_title(f"{title}\nevery point: {n_probs} problems x "
+                     f"{f'{k} samples' if k else 'their samples'}", fontsize=9)
         ax.set_xlabel("RL training compute (FLOPs)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

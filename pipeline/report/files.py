@@ -8,6 +8,7 @@ import io
 import pathlib
 
 from pipeline.report import html
+from pipeline.report.curves import CURVE_COLS
 from pipeline.report.model import (FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS,
                                    VARIANT_COLS, Report)
 from pipeline.report.resample import MIN_RUNS
@@ -44,6 +45,9 @@ def headline(report: Report) -> dict:
             "collapsed_runs": [f"{r['variant']}-seed{r['seed']}"
                                for r in report.stability if r["collapsed"]],
             "variants": report.comparisons,
+            "curves": {"population": "per benchmark, the problems every evaluation scored and "
+                                     "each problem's first k samples (pipeline.report.curves)",
+                       "draws": report.draws, "points": report.curve},
             "scaling_fits": [{k: v for k, v in r.items() if k != "fitted"} for r in report.fits],
             "moe": dict(report.moe) if report.moe else None,
             "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
@@ -51,8 +55,8 @@ def headline(report: Report) -> dict:
 
 
 def write(report: Report, out: pathlib.Path) -> dict:
-    """final_scores.csv, stability.csv, variants.csv, moe.csv, scaling_fits.csv, summary.json and
-    index.html into
+    """final_scores.csv, stability.csv, variants.csv, moe.csv, scaling_fits.csv, curve.csv,
+    summary.json and index.html into
     `out`; returns the headline (summary.json's content)."""
     from gspo.io import atomic_write_text, write_json
 
@@ -61,6 +65,7 @@ def write(report: Report, out: pathlib.Path) -> dict:
     write_csv(out / "variants.csv", report.comparisons, VARIANT_COLS)
     write_csv(out / "moe.csv", report.moe["rows"] if report.moe else [], MOE_COLS)
     write_csv(out / "scaling_fits.csv", report.fits, FIT_COLS)
+    write_csv(out / "curve.csv", report.curve, CURVE_COLS)
     head = headline(report)
     write_json(out / "summary.json", head)
     atomic_write_text(out / "index.html", html.render(report))

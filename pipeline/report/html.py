@@ -66,10 +66,7 @@ def _scores(report) -> list[str]:
         " Compute is cumulative RL training FLOPs (generation + old log-prob pass + updates; "
         "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
         *_claims(report),
-        "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
-        "<p>pass@1 = mean over samples and problems; curve = mean over seeds, band = lowest to "
-        "highest seed. CodeForces Elo: the rating whose expected solves match the problems "
-        "solved (a problem counts as solved when at least half its samples pass).</p>",
+        *_curve(report),
         "<h2>Final scores</h2><img src='final_scores.png'>",
         "<p>pass@1 at the largest budget, mean over seeds and problems, with its interval over "
         "training runs and problems (bars; the dots beside them are the runs, one per seed); "
@@ -83,6 +80,41 @@ def _scores(report) -> list[str]:
         "a reference distribution of human ratings (evaluators.benchmarks.codeforces; normal, mean 1400, "
         "sd 350: an approximation, not official data).</p>",
         table(report.table, PAGE_TABLE_COLS)]
+
+
+def _curve(report) -> list[str]:
+    """The score-against-compute figure, its population, what the shared draw contributes and
+    the points themselves (pipeline.report.curves)."""
+    conf = f"{report.settings['confidence']:.0%}"
+    pops = "; ".join(f"{esc(d['benchmark'])}: {d['n_problems']} problems x "
+                     f"{d['samples'] or 'their'} samples" for d in report.draws) or "-"
+    return [
+        "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
+        "<p>Every point of a benchmark's curves, the SFT model's (compute 0), each intermediate "
+        "budget's and the last's, is computed on <b>one population</b>: the problems every "
+        "evaluation of that benchmark scored and each problem's first k samples, k the fewest "
+        f"any drew ({pops}). The evaluations nest (a problem's j-th sample is seeded by the "
+        "evaluation seed, its id and j alone), so a larger evaluation's part on this population "
+        "is exactly the smaller evaluation; the final scores and the claims use the full final "
+        f"evaluation. pass@1 = mean over samples and problems; curve = mean over seeds, band = "
+        f"its {conf} interval over training runs and problems. The dashed line is the ScaleRL "
+        "fit through the same points. CodeForces Elo: the rating whose expected solves match "
+        "the problems solved (a problem counts as solved when at least half its samples pass), "
+        "on the same population.</p>",
+        "<p>What the evaluation draw contributes: all checkpoints and runs are sampled with one "
+        "evaluation seed (common random numbers), so the draw's luck is shared by every point "
+        "of a curve and does not average out over seeds: it moves a curve's level more than "
+        "its shape. Per benchmark, the standard deviation of a curve point (mean over the RL "
+        "points) and its parts: run-to-run, problems (which problems, and their samples), and "
+        "within the latter the draw (each problem's k-sample mean's own spread, p(1-p)/(k-1) "
+        "per problem), with the draw's share of a point's variance.</p>",
+        table(report.draws, ["benchmark", "n_problems", "samples", "points", "sd_point",
+                             "sd_runs", "sd_problems", "sd_draw", "draw_share"]),
+        "<details><summary>The curve points (also in <a href='curve.csv'>curve.csv</a>)"
+        "</summary>",
+        table(report.curve, ["variant", "benchmark", "budget", "step", "seeds", "pass_at_1",
+                             "ci_low", "ci_high", "seed_min", "seed_max", "draw_share"]),
+        "</details>"]
 
 
 def _claims(report) -> list[str]:

@@ -7,7 +7,7 @@ import dataclasses
 import pathlib
 import tempfile
 
-from pipeline.report import claims, scaling, stats
+from pipeline.report import claims, curves, scaling, stats
 
 DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
             "collapse": {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}}
@@ -30,6 +30,7 @@ VARIANT_COLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_
                 "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
                 "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"]
 FIT_COLS = ["variant", "algorithm", "benchmark", "status", "n_points", "seeds", "n_problems",
+            "samples",
             "asymptote", "asymptote_ci_low", "asymptote_ci_high", "asymptote_var_share_runs",
             "efficiency", "efficiency_ci_low", "efficiency_ci_high", "efficiency_var_share_runs",
             "c_mid", "c_mid_ci_low", "c_mid_ci_high", "c_mid_var_share_runs"]
@@ -45,8 +46,10 @@ class Report:
     """One experiment's report. `data` is pipeline.aggregate.collect's; `rule` the collapse
     rule's settings; `table` the final scores (stats.final_scores), `stability` one row per run,
     `comparisons` the variants against their baselines, `moe` the MoE ablation (None for dense
-    experiments); `fits` the ScaleRL compute-score fit per variant and benchmark
-    (pipeline.report.scaling); `clips`/`clips_off` the mean clipped-token fraction per variant (all and
+    experiments); `curve` every point of the score-against-compute curves and `draws` what the
+    shared evaluation draw contributes to them, per benchmark, both on one population per
+    benchmark (pipeline.report.curves); `fits` the ScaleRL compute-score fit per variant and
+    benchmark through the same points (pipeline.report.scaling); `clips`/`clips_off` the mean clipped-token fraction per variant (all and
     off-policy minibatches), `clips_seq` the clipped-sequence fraction (the convention TRL logs for
     GSPO, so a TRL run has that one alone), `ratios` each variant's against GRPO's; `provenance` what the runs
     were made with (workflow_config: the master config's text, or None); `claims` one row per
@@ -61,6 +64,8 @@ class Report:
     stability: list[dict]
     comparisons: list[dict]
     moe: dict | None
+    curve: list[dict]
+    draws: list[dict]
     fits: list[dict]
     clips: dict
     clips_off: dict
@@ -118,13 +123,16 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
     clips = {a: stats.mean_clip(runs) for a, runs in groups.items()}
     table = stats.final_scores(data, **ci)
     stab = stats.stability(data, rule)
+    points = curves.curve_points(data, **ci)
+    nested, _ = curves.nested_evals(data)
     report = Report(
         experiment=experiment, data=data, settings=s, rule=rule,
         benches=[b for b in BENCHMARKS if any(b in r["eval"] for r in data["rl"])],
         table=table, stability=stab,
         comparisons=stats.variant_comparisons(data, table, **ci),
         moe=stats.moe_summary(data, table, stab, **ci),
-        fits=scaling.scaling_fits(data, **ci), clips=clips,
+        curve=points, draws=curves.draw_summary(points),
+        fits=scaling.scaling_fits({**data, "evals": nested}, **ci), clips=clips,
         clips_off={a: stats.mean_clip(runs, "clip_frac_tokens_offpolicy")
                    for a, runs in groups.items()},
         clips_seq={a: stats.mean_clip(runs, "clip_frac_seqs") for a, runs in groups.items()},

@@ -126,7 +126,8 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
     ids = _common_ids(evals + base)
     seeds = sorted({e["seed"] for e in evals})
     comp, y = _matrices(evals, ids, seeds) if ids else (np.zeros(0), np.zeros((0, 0, 0)))
-    out = {"n_points": len(comp), "seeds": len(seeds), "n_problems": len(ids)}
+    out = {"n_points": len(comp), "seeds": len(seeds), "n_problems": len(ids),
+           "samples": evals[0].get("n_samples") if evals else None}
     if len(comp) < MIN_POINTS or not base:
         return {**out, "status": f"too few points to fit ({len(comp)} budgets above 0 with "
                                  f"per-problem scores; the fit needs {MIN_POINTS})"}
