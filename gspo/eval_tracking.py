@@ -1,6 +1,13 @@
 """Evaluations in MLflow: each evaluated checkpoint of a run as a run of its own (tags variant,
 seed, budget, benchmark, the eval config's hash) and its scores logged into the training run at
-the checkpoint's step and compute, once (pipeline.track calls `record_evaluations`)."""
+the checkpoint's step and compute, once (pipeline.track calls `record_evaluations`).
+
+The curve's population. A run's checkpoints may be evaluated on sets of different sizes (the
+workflow's `eval.<bench>.intermediate`); their draws nest (evaluators.evaluation), so the
+problems all of them scored with each one's first k samples, k the fewest any drew, is one
+population (`population`, `nested`). Beside each evaluation's own pass@1 the training run gets
+eval/<bench>/curve_pass_at_1 on that population, the curve MLflow's charts should draw; the
+report does the same over every run of a benchmark (pipeline.report.curves)."""
 
 from __future__ import annotations
 
@@ -63,6 +70,48 @@ class EvalPoint:
         return out
 
 
+def population(evals: list[dict]) -> tuple[list[str], int]:
+    """(problem ids, samples k) that every evaluation in `evals` holds: the problems all of them
+    scored and the fewest samples any of them drew, from each one's "samples" ({problem id:
+    [score of each sample]}). k = 0 where one lacks per-sample scores (a store made before they
+    were kept): the problems common to every "problems" ({id: mean score}) alone."""
+    per = [e.get("samples") or {} for e in evals]
+    if per and all(per):
+        ids = sorted(set.intersection(*[set(p) for p in per]))
+        return ids, min((len(p[i]) for p in per for i in ids), default=0)
+    probs = [set(e.get("problems") or {}) for e in evals]
+    return (sorted(set.intersection(*probs)) if probs and all(probs) else []), 0
+
+
+def nested(e: dict, ids: list[str], k: int) -> dict[str, float]:
+    """Evaluation `e`'s score of each problem of `ids`: the mean of its first k samples (k = 0:
+    its own per-problem mean)."""
+    if not k:
+        return {i: e["problems"][i] for i in ids}
+    return {i: sum(e["samples"][i][:k]) / k for i in ids}
+
+
+def _log_curve(cl, run_id: str, points: list[EvalPoint]) -> None:
+    """eval/<bench>/curve_pass_at_1 (and the population's size, curve_n_problems and
+    curve_samples) at each point's step of the training run: every point on the population all
+    of the run's points hold (module doc)."""
+    by_bench: dict[str, list] = {}
+    for point in points:
+        for bench, _, src in point.summaries():
+            rows = [json.loads(line) for line in (src / "results.jsonl").read_text().splitlines()
+                    if line.strip()] if (src / "results.jsonl").is_file() else []
+            by_bench.setdefault(bench, []).append(
+                (point, {"samples": {r["id"]: r["scores"] for r in rows if "scores" in r}}))
+    for bench, items in by_bench.items():
+        ids, k = population([e for _, e in items])
+        if not ids or not k:
+            continue
+        for point, e in items:
+            replace_metrics(cl, run_id, point.step, {
+                f"eval/{bench}/curve_pass_at_1": sum(nested(e, ids, k).values()) / len(ids),
+                f"eval/{bench}/curve_n_problems": len(ids), f"eval/{bench}/curve_samples": k})
+
+
 def _sha_text(obj) -> str:
     import hashlib
 
@@ -108,7 +157,8 @@ def record_evaluations(run_dir, points: list[EvalPoint], *, tracking: Tracking, 
                        seed: int) -> dict:
     """Record the evaluations of the run in `run_dir` (SFT or RL) in MLflow: an eval run per
     (point, benchmark) nested under the run, which replace the eval runs recorded earlier for
-    (variant, seed); for an RL run also the scores as its own metrics at each point's step.
+    (variant, seed); for an RL run also the scores as its own metrics at each point's step, and
+    the curve on the points' common population (_log_curve).
     Returns {run_id, eval_runs: {"b<budget>/<bench>": id}} ({} of ids when tracking is off or
     the run has no MLflow run)."""
     run_dir = pathlib.Path(run_dir)
@@ -135,4 +185,6 @@ def record_evaluations(run_dir, points: list[EvalPoint], *, tracking: Tracking, 
                 cl, exp, tags, point, bench, summary, src)
             if stage == "rl":
                 _log_into_training_run(cl, rid, bench, summary, point)
+    if stage == "rl":
+        _log_curve(cl, rid, points)
     return record

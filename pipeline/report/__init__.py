@@ -4,11 +4,15 @@
 
 writes DIR (default results/<experiment>/report/):
 
-- score_vs_compute.png: each benchmark's pass@1 (mean over samples per problem, mean over
-  problems) against cumulative RL training compute in FLOPs (gspo.flops: generation, old
+- score_vs_compute.png, curve.csv: each benchmark's pass@1 (mean over samples per problem, mean
+  over problems) against cumulative RL training compute in FLOPs (gspo.flops: generation, old
   log-prob pass and updates; the SFT compute every run shares is left out, so the SFT model is
-  x = 0). One curve per variant (an algorithm, or an algorithm with other settings): the mean over seeds, with a band from the lowest to the highest
-  seed;
+  x = 0). One curve per variant (an algorithm, or an algorithm with other settings): the mean
+  over seeds, with a band that is its interval over training runs and problems. Every point of a
+  benchmark, the SFT model's, the intermediate budgets' and the last's, is on one population:
+  the problems every evaluation scored and their first k samples (pipeline.report.curves: the
+  evaluations nest), said in the panel's title; the page adds what the shared evaluation draw
+  contributes to a point;
 - reward_vs_compute.png: the training reward (mean over each rollout batch, moving mean over
   `collapse.window` steps) against compute, mean over seeds with the same band;
 - clip_fraction.png: the fraction of response tokens whose gradient the clip removed, per step

@@ -9,7 +9,8 @@ budgets, so the curve jumps where the evaluation changes, not where the model do
 evaluations nest (evaluators.evaluation: the first m problems of the test set, a problem's
 j-th sample seeded from the evaluation seed, its id and j alone), so the population every
 evaluation of a curve holds is the smallest one's problems and its first k samples; each point
-is its evaluations' scores there (`nested`), and larger evaluations keep their full sets for
+is its evaluations' scores there (gspo.eval_tracking's `population` and `nested`, which also
+give each training run's curve in MLflow, eval/<bench>/curve_pass_at_1), and larger evaluations keep their full sets for
 the final scores and the claims (pipeline.report.stats).
 
 A point: the mean over the variant's runs (seeds) and the population's problems of each
@@ -37,32 +38,12 @@ import statistics
 
 import numpy as np
 
+from gspo.eval_tracking import nested, population
 from pipeline.report import resample
 
 CURVE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "compute_flops", "seeds",
               "n_problems", "samples", "pass_at_1", "ci_low", "ci_high", "seed_min", "seed_max",
               "var_runs", "var_problems", "var_draw", "draw_share", "elo", "elo_low", "elo_high"]
-
-
-def population(evals: list[dict]) -> tuple[list[str], int]:
-    """(problem ids, samples k) that every evaluation in `evals` holds: the problems all of them
-    scored and the fewest samples any of them drew. k = 0 where one lacks per-sample scores (a
-    store made before they were kept): the problems alone are then common, each evaluation's
-    per-problem mean taken as it is."""
-    per = [e.get("samples") or {} for e in evals]
-    if per and all(per):
-        ids = sorted(set.intersection(*[set(p) for p in per]))
-        return ids, min((len(p[i]) for p in per for i in ids), default=0)
-    probs = [set(e.get("problems") or {}) for e in evals]
-    return (sorted(set.intersection(*probs)) if probs and all(probs) else []), 0
-
-
-def nested(e: dict, ids: list[str], k: int) -> dict[str, float]:
-    """Evaluation `e`'s score of each problem of `ids`: the mean of its first k samples (k = 0:
-    its own per-problem mean)."""
-    if not k:
-        return {i: e["problems"][i] for i in ids}
-    return {i: float(np.mean(e["samples"][i][:k])) for i in ids}
 
 
 def nested_evals(data: dict) -> tuple[list[dict], dict]:

@@ -14,7 +14,8 @@ from pipeline.report.verdicts import MOE_CLAIM
 STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
          "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
-         "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:85%}"
+         "pre{background:#f6f6f6;padding:1em;white-space:pre-wrap;overflow-wrap:anywhere;"
+         "font-size:85%}"
          ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
          "padding:.5em 1em}td.yes{background:#e6f4e6}td.no{background:#fbe6e6}"
          "td.open{background:#fff6e0}.claims td,.claims th{text-align:left}</style></head><body>")
@@ -45,12 +46,43 @@ def _intervals(report) -> str:
             "<i>too few training runs</i>.</p>")
 
 
+# The page is at most PAGE_PX wide (STYLE's max-width less its padding); a table whose columns
+# need more is split into several, each repeating the row's key columns, so that at 1280 px no
+# table is cut off or scrolls sideways (tests/test_mlflow_ui.py measures it in Chromium).
+PAGE_PX = 1040
+KEYS = ("variant", "comparison", "benchmark", "budget", "seed")
+
+
+def _min_px(texts) -> float:
+    """A column's narrowest width in px: its longest unbreakable run of text (headers break at
+    underscores, lists after their commas) at ~8 px a character, plus the cell's padding."""
+    return 8.0 * max((len(w) for t in texts for w in t.replace("_", " ").split()),
+                     default=1) + 20
+
+
+def _groups(rows: list[dict], cols: list[str], digits: int) -> list[list[str]]:
+    """`cols` in groups that each fit PAGE_PX, every group led by the key columns."""
+    width = {c: _min_px([c] + [_fmt(r.get(c), digits) for r in rows]) for c in cols}
+    keys = [c for c in cols if c in KEYS]
+    room = PAGE_PX - sum(width[c] for c in keys)
+    groups: list[list[str]] = [[]]
+    for c in (c for c in cols if c not in keys):
+        if groups[-1] and sum(width[x] for x in groups[-1]) + width[c] > room:
+            groups.append([])
+        groups[-1].append(c)
+    return [keys + g for g in groups if g] or [keys]
+
+
 def table(rows: list[dict], cols: list[str], digits: int = 3) -> str:
-    """An HTML table of `rows` (dicts) with the columns `cols`; None shows as '-'."""
-    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c), digits)}</td>" for c in cols) + "</tr>"
-                   for r in rows)
-    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+    """An HTML table of `rows` (dicts) with the columns `cols`; None shows as '-'. Split into
+    several tables, each with the key columns, where one would not fit the page."""
+    out = []
+    for group in _groups(rows, cols, digits):
+        head = "".join(f"<th>{esc(c).replace('_', '_<wbr>')}</th>" for c in group)
+        body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c), digits)}</td>" for c in group)
+                       + "</tr>" for r in rows)
+        out.append(f"<table><tr>{head}</tr>{body}</table>")
+    return "<div class='wide'>" + "".join(out) + "</div>"
 
 
 def _scores(report) -> list[str]:
