@@ -24,8 +24,8 @@ STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;pa
 def _fmt(v, digits=3):
     if v is None:
         return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
+    if isinstance(v, float):          # compute (FLOPs) and the like in scientific notation
+        return f"{v:.3e}" if abs(v) >= 1e5 else f"{v:.{digits}f}"
     if isinstance(v, list):               # per-run numbers (per_seed, per_seed_diff)
         return ", ".join(_fmt(x, digits) for x in v)
     return esc(str(v))
