@@ -9,6 +9,7 @@ a problem's split by a hash of its text); everything is deterministic in `cfg.se
 from __future__ import annotations
 
 import pathlib
+import random
 
 from evaluators.benchmarks import aime, codeforces, livecodebench
 from evaluators.tasks import module
@@ -48,16 +49,24 @@ def code_set(task: str, n: int, *, split: str, seed: int, cfg: DataGenConfig) ->
 
 
 def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
-    """The generated records of `task` (a benchmark name) for `part` ('sft', 'rl', 'test')."""
+    """The generated records of `task` (a benchmark name) for `part` ('sft', 'rl', 'test'). A
+    test set comes in a seeded random order: the generators write it tier by tier (AIME-style
+    steps, code templates), and an evaluation's `limit` takes its first N, which must be a
+    random sample of it, not its first tier, for a smaller evaluation to estimate what the whole
+    set measures (pipeline.report.curves compares them)."""
     split = "test" if part == "test" else "train"
     seed = cfg.seed + (1 if part == "rl" else 0)
     if task == "aime":
         a = cfg.aime
         n, steps = {"sft": (a.sft_n, a.sft_steps), "rl": (a.rl_n, a.rl_steps),
                     "test": (a.test_n, a.test_steps)}[part]
-        return aime_set(n, steps, split=split, seed=seed, cfg=cfg)
-    n = getattr(getattr(cfg, task), f"{part}_n")
-    return code_set(task, n, split=split, seed=seed, cfg=cfg)
+        recs = aime_set(n, steps, split=split, seed=seed, cfg=cfg)
+    else:
+        recs = code_set(task, getattr(getattr(cfg, task), f"{part}_n"), split=split, seed=seed,
+                        cfg=cfg)
+    if part == "test":
+        random.Random(f"test-order:{cfg.seed}:{task}").shuffle(recs)
+    return recs
 
 
 def loaded(task: str, source: str, limit: int, kwargs: dict | None = None,

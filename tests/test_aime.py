@@ -410,3 +410,4 @@ def test_a_glob_pattern_reads_one_splits_shards_and_an_empty_one_is_one_line(tmp
     assert [dict(r, source="") for r in got] == [dict(r, source="") for r in want]
     with pytest.raises(DataError, match=r"test-\*.parquet: no files match"):
         aime.load(str(FIXTURES / "test-*.parquet"), cache_dir=tmp_path / "cache")
+
