@@ -99,18 +99,20 @@ case "$MODE" in
 esac
 run "${PIP[@]}" -e ".[test,$EXTRA$MORE]"
 # verl's own code for the tests (losses, config validation, dataset, reward manager, file
-# logger: tests/verl_reference.py), installed without its dependencies in a folder of its own,
+# logger, and what its Megatron engine hands Megatron-Core: tests/verl_reference.py), installed
+# without its dependencies in a folder of its own,
 # which only that test's verl process puts on its path: verl pins transformers<5.11 (the project
 # runs 5.19), and its import pulls in ray, which vLLM and transformers would otherwise see. The
 # packages below are what its import and its Hydra config need (Hydra 1.3's grammar wants the
-# antlr4 4.9 runtime; the project's environment has 4.13 for lm-eval). Training with verl uses
-# its own full environment (workflow/envs/verl.yaml), not this folder.
+# antlr4 4.9 runtime; the project's environment has 4.13 for lm-eval); megatron-core 0.16.1 (the
+# last for Python 3.11) runs its parallel layout and config checks on a CPU. Training with verl
+# uses its own full environment (workflow/envs/verl.yaml), not this folder.
 VERL_DIR=.venv/verl-nodeps
-if [ -n "$DRY" ] || [ ! -d "$VERL_DIR/hydra_core-1.3.8.dist-info" ]; then
+if [ -n "$DRY" ] || [ ! -d "$VERL_DIR/megatron_core-0.16.1.dist-info" ]; then
   run rm -rf "$VERL_DIR"
   run "${PIP[@]}" --no-deps --target "$VERL_DIR" verl==0.9.1 ray==2.60.0 tensordict==0.15.3 \
     omegaconf==2.4.0 codetiming==1.4.0 msgpack==1.2.4 orjson==3.13.0 pyvers==0.2.3 \
-    hydra-core==1.3.8 antlr4-python3-runtime==4.9.3
+    hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 megatron-core==0.16.1
 fi
 # torchvision/torchaudio/torchcodec (pulled by some extras) break transformers beside CPU torch.
 if [ -n "$DRY" ]; then

@@ -8,15 +8,25 @@
 - `compute_score(data_source, solution_str, ground_truth, extra_info)`: the reward verl's reward
   managers call (`custom_reward_function.path` = this file, `name: compute_score`): the
   benchmark's own score of the completion, code run in the pooled sandboxes. It needs nothing
-  but the installed project, so Ray workers can import it.
+  but the project on the path, so Ray workers can import it. Math answers are scored in worker
+  processes with a limit per answer (evaluators.timed: verl calls it from threads, where
+  math-verify has no timeouts of its own): past SCORE_TIMEOUT_S (env GSPO_SCORE_TIMEOUT_S) an
+  answer scores 0 and its worker is replaced. Code answers run in sandboxes with limits of their
+  own.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import sys
 
 from gspo.io import DataError
+
+SCORE_TIMEOUT_S = 30.0         # one answer's scoring; math-verify's own limits are 5 s a call
+TIMED_TASKS = ("aime",)        # scored by math-verify (sympy): no limit of its own off the main thread
+_pool = None
 
 
 def row(record: dict, index: int, system: str = "") -> dict:
@@ -62,8 +72,22 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     0.0 (evaluators.tasks.reward)."""
     from evaluators.tasks import reward
 
+    global _pool
     record = json.loads(ground_truth)
     if record.get("task") != data_source:
         raise DataError(f"data_source {data_source!r} is not the record's task "
                         f"{record.get('task')!r} (record {record.get('id')!r})")
-    return reward(record, solution_str)
+    if data_source not in TIMED_TASKS:
+        return reward(record, solution_str)
+    from evaluators.timed import TimedPool
+
+    if _pool is None:
+        _pool = TimedPool(int(os.environ.get("GSPO_SCORE_WORKERS", "4")),
+                          warm=("evaluators.tasks", "math_verify", "sympy"))
+    limit = float(os.environ.get("GSPO_SCORE_TIMEOUT_S", SCORE_TIMEOUT_S))
+    got = _pool.call(reward, (record, solution_str), limit)
+    if got is None:
+        print(f"for_verl: record {record.get('id')!r}: scoring took over {limit:g} s; reward 0",
+              file=sys.stderr)
+        return 0.0
+    return got

@@ -12,10 +12,8 @@ run is three steps, each a rule of the workflow (workflow/rules/verl.smk):
 2. verl's trainer (verl's environment; workflow/scripts/verl_launch.py starts the Ray cluster on
    the nodes SLURM gives): checkpoints with Hugging Face files in verl's layout, metrics through
    verl's file logger.
-3. `run_rl` (the project's environment, `pipeline.train` as for every engine): verl's
-   checkpoints at this run's checkpoint steps become checkpoints/step_S (the layout evaluation
-   loads), verl's metrics become metrics.jsonl under this project's names (METRICS; verl's own
-   kept under `verl/`), mirrored into the stage's MLflow run exactly once (gspo.tracking).
+3. `gspo.verl_collect.run_rl` (the project's environment, `pipeline.train` as for every
+   engine): verl's checkpoints and metrics become the run's.
 
 Nothing here imports verl: its config is checked by its own code in its own process
 (tests/verl_reference.py's `config` case).
@@ -24,14 +22,13 @@ Nothing here imports verl: its config is checked by its own code in its own proc
 from __future__ import annotations
 
 import json
-import math
 import pathlib
+import re
 import shutil
 
 from gspo import checkpoint as ckpt
 from gspo.config import ConfigError, RLConfig
 from gspo.fields import Refusals, to_dict
-from gspo.data import Mix
 from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
 
@@ -41,6 +38,7 @@ LOSS_MODE = {"grpo": "vanilla", "gspo": "gspo", "gspo_token": "gspo", "dapo": "v
              "dr_grpo": "vanilla", "cispo": "cispo", "gmpo": "geo_mean", "sapo": "sapo"}
 CORRECTION = {"token_truncate": "token", "token_mask": "token",
               "sequence_truncate": "sequence", "sequence_mask": "sequence"}
+BETAS = (0.9, 0.99)     # Adam's, as the native trainer's
 JOB = "verl"            # out_dir/verl: the parquet, the overrides, verl's checkpoints and logs
 DONE = "done.json"      # written by the launcher once verl's trainer has finished
 
@@ -64,12 +62,15 @@ FIELDS: dict[str, str] = {
                         "sequence, valid on any GPU count; the loss is the same)",
     "max_tokens_per_micro_batch": "`actor.use_dynamic_bsz`, `actor.ppo_max_token_len_per_gpu`",
     "logprob_chunk": "refused unless 0",
-    "activation_checkpointing": "`model.enable_gradient_checkpointing`",
+    "activation_checkpointing": "fsdp: `model.enable_gradient_checkpointing`; megatron: "
+                                "`override_transformer_config.recompute_granularity=full`, "
+                                "`recompute_method=uniform`, `recompute_num_layers=1`",
     "precision": "bfloat16: verl's mixed precision; float32 refused",
     "prompt": "chat: verl renders the chat template (`system` as a system turn, "
               "`enable_thinking` in `data.apply_chat_template_kwargs`); raw refused",
-    "lr": "`actor.optim.lr` (verl's schedule is constant after warm-up, as ours), AdamW betas "
-          "(0.9, 0.99)",
+    "lr": "`actor.optim.lr` (verl's schedule is constant after warm-up, as ours), Adam betas "
+          "(0.9, 0.99): fsdp `optim.betas`, megatron `optim.override_optimizer_config."
+          "adam_beta1`, `adam_beta2`",
     "warmup_steps": "`actor.optim.lr_warmup_steps` (verl steps its schedule once per rollout step)",
     "weight_decay": "`actor.optim.weight_decay`",
     "grad_clip": "`actor.optim.clip_grad`",
@@ -118,16 +119,10 @@ FIELDS: dict[str, str] = {
     "device": "refused unless cuda (verl runs on CUDA, NPU or ROCm GPUs only)",
     "threads": "torch threads of the harness's collect step",
     "verl": "strategy fsdp | megatron; megatron `tensor_model_parallel_size`, "
-            "`expert_model_parallel_size`, `pipeline_model_parallel_size`; overrides appended",
+            "`expert_model_parallel_size`, `pipeline_model_parallel_size`, "
+            "`expert_tensor_parallel_size=1`, `context_parallel_size=1`, "
+            "`CUDA_DEVICE_MAX_CONNECTIONS=1` for every Ray worker; overrides appended",
 }
-
-# verl's logged name -> this project's (the report's curves, fit and claims read these)
-METRICS = {"critic/score/mean": "reward_mean", "actor/pg_clipfrac": "clip_frac_tokens",
-           "actor/entropy": "entropy", "actor/kl_loss": "kl", "actor/grad_norm": "grad_norm",
-           "actor/pg_loss": "loss", "actor/lr": "lr", "response_length/mean": "response_length",
-           "timing_s/step": "time_step_s", "timing_s/gen": "time_rollout_s",
-           "timing_s/update_actor": "time_update_s"}
-
 
 def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     """(field, why) for each value of `cfg` verl cannot honour as this project defines it."""
@@ -203,7 +198,6 @@ def overrides(cfg: RLConfig, job_dir, *, max_prompt_length: int = 1024,
         "data.shuffle": False, "data.seed": cfg.seed, "data.truncation": "error",
         "+data.apply_chat_template_kwargs.enable_thinking": cfg.prompt.enable_thinking,
         f"{m}.path": str(pathlib.Path(cfg.model).resolve()),
-        f"{m}.enable_gradient_checkpointing": cfg.activation_checkpointing,
         f"{a}.policy_loss.loss_mode": LOSS_MODE[cfg.algorithm],
         f"{a}.clip_ratio_low": cfg.eps_low, f"{a}.clip_ratio_high": cfg.eps_high,
         f"{a}.clip_ratio_c": DUAL_CLIP_OFF,
@@ -214,7 +208,7 @@ def overrides(cfg: RLConfig, job_dir, *, max_prompt_length: int = 1024,
         f"{a}.use_kl_loss": cfg.kl_coef > 0, f"{a}.kl_loss_coef": cfg.kl_coef,
         f"{a}.kl_loss_type": "low_var_kl", f"{a}.entropy_coeff": 0,
         f"{a}.optim.lr": cfg.lr, f"{a}.optim.lr_warmup_steps": cfg.warmup_steps or -1,
-        f"{a}.optim.weight_decay": cfg.weight_decay, f"{a}.optim.betas": [0.9, 0.99],
+        f"{a}.optim.weight_decay": cfg.weight_decay, f"{a}.optim.betas": list(BETAS),
         f"{a}.optim.clip_grad": cfg.grad_clip,
         f"{a}.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
         f"{r}.name": "vllm", f"{r}.n": cfg.group_size, f"{r}.temperature": cfg.temperature,
@@ -239,7 +233,7 @@ def overrides(cfg: RLConfig, job_dir, *, max_prompt_length: int = 1024,
 
 def _conditional(cfg: RLConfig) -> dict:
     """The overrides that depend on a setting: batch sizes, the rollout engine's limits, the
-    rollout correction, Megatron's layout and Routing Replay."""
+    rollout correction, the backend's memory and layout settings (`_megatron`)."""
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     o = {}
     if cfg.agg == "seq-mean-token-sum-norm":
@@ -262,17 +256,39 @@ def _conditional(cfg: RLConfig) -> dict:
             f"{lo}_{hi}" if cfg.rollout_correction.endswith("mask") else hi)
     if cfg.old_logprobs == "rollout":
         o["algorithm.rollout_correction.bypass_mode"] = True
-    if cfg.verl.strategy == "megatron":
-        mg = f"{a}.megatron"
-        o.update({f"{mg}.tensor_model_parallel_size": cfg.verl.tensor_parallel,
-                  f"{mg}.expert_model_parallel_size": cfg.verl.expert_parallel,
-                  f"{mg}.pipeline_model_parallel_size": cfg.verl.pipeline_parallel,
-                  f"+{mg}.override_transformer_config.moe_aux_loss_coeff":
-                      cfg.router_aux_loss_coef})
-        if cfg.routing_replay:
-            mode = "R2" if cfg.routing_replay_source == "trainer" else "R3"
-            o[f"{mg}.router_replay.mode"] = mode
-            o[f"{r}.enable_rollout_routing_replay"] = mode == "R3"
+    if cfg.verl.strategy != "megatron":
+        o["actor_rollout_ref.model.enable_gradient_checkpointing"] = cfg.activation_checkpointing
+    else:
+        o.update(_megatron(cfg))
+    return o
+
+
+def _megatron(cfg: RLConfig) -> dict:
+    """Megatron's layout, recomputation and optimizer, as its engine reads them: verl passes
+    `expert_tensor_parallel_size` to Megatron's initialize_model_parallel, where None means the
+    dense TP size (experts then need TP x EP x PP GPUs); only `override_transformer_config`'s
+    recompute_* reach Megatron (`enable_gradient_checkpointing` is FSDP's); Megatron's
+    optimizer takes Adam's betas from `override_optimizer_config` only. verl sets
+    CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's overlap of TP communication needs it on
+    Hopper/Ampere) only when its driver process sees such a GPU, which the launcher's does not."""
+    a = "actor_rollout_ref.actor"
+    mg, tc, oc = f"{a}.megatron", f"+{a}.megatron.override_transformer_config", \
+        f"+{a}.optim.override_optimizer_config"
+    o = {f"{mg}.tensor_model_parallel_size": cfg.verl.tensor_parallel,
+         f"{mg}.expert_model_parallel_size": cfg.verl.expert_parallel,
+         f"{mg}.expert_tensor_parallel_size": 1,
+         f"{mg}.pipeline_model_parallel_size": cfg.verl.pipeline_parallel,
+         f"{mg}.context_parallel_size": 1,
+         f"{tc}.moe_aux_loss_coeff": cfg.router_aux_loss_coef,
+         f"{oc}.adam_beta1": BETAS[0], f"{oc}.adam_beta2": BETAS[1],
+         "+ray_kwargs.ray_init.runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    if cfg.activation_checkpointing:
+        o.update({f"{tc}.recompute_granularity": "full", f"{tc}.recompute_method": "uniform",
+                  f"{tc}.recompute_num_layers": 1})
+    if cfg.routing_replay:
+        mode = "R2" if cfg.routing_replay_source == "trainer" else "R3"
+        o[f"{mg}.router_replay.mode"] = mode
+        o["actor_rollout_ref.rollout.enable_rollout_routing_replay"] = mode == "R3"
     return o
 
 
@@ -287,9 +303,16 @@ def _hydra(v) -> str:
         return "true" if v else "false"
     if isinstance(v, list):
         return "[" + ",".join(_hydra(x) for x in v) + "]"
-    if isinstance(v, str):
-        return v if v and all(c.isalnum() or c in "/._-" for c in v) else json.dumps(v)
+    if isinstance(v, str):     # quoted where Hydra would read a number, a bool or null
+        plain = v and all(c.isalnum() or c in "/._-" for c in v) and not _scalar(v)
+        return v if plain else json.dumps(v)
     return repr(v)
+
+
+def _scalar(v: str) -> bool:
+    """Whether Hydra reads the unquoted string `v` as something other than a string."""
+    return v.lower() in ("true", "false", "null", "nan", "inf", "-inf") or bool(
+        re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", v))
 
 
 # -- the job verl runs (written by pipeline.verl prepare) ----------------------------------------
@@ -307,135 +330,3 @@ def write_job(cfg: RLConfig, overrides_: list[str], job_dir) -> pathlib.Path:
     write_json(old, {"config_name": config_name(cfg), "overrides": overrides_,
                      "config_hash": cfg_hash, "steps": cfg.steps})
     return old
-
-
-# -- collecting a finished verl run (pipeline.train, engine: verl) ---------------------------------
-
-def verl_metrics(job_dir) -> list[tuple[int, dict]]:
-    """verl's per-step metrics from its file logger, one file per attempt (metrics.<k>.jsonl,
-    the launcher numbers them: verl's logger truncates its file when a run resumes); a step an
-    attempt logged again after a resume takes the later attempt's record."""
-    by_step: dict[int, dict] = {}
-    files = sorted(pathlib.Path(job_dir).glob("metrics.*.jsonl"),
-                   key=lambda p: int(p.name.split(".")[1]))
-    for f in files:
-        for line in f.read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                by_step[int(rec["step"])] = rec["data"]
-    return sorted(by_step.items())
-
-
-def record(data: dict, cfg: RLConfig, forward_flops) -> tuple[dict, float]:
-    """This project's record of one verl step (METRICS; verl's own under verl/) and the step's
-    compute: prompts x group_size sequences of verl's mean prompt + response length, charged
-    as gspo.flops charges the native trainer (generation, the old-log-prob pass, a reference
-    pass with a KL term, 3 per update epoch)."""
-    rec = {ours: data[k] for k, ours in METRICS.items() if k in data}
-    if cfg.algorithm in ("gspo", "gspo_token") and "actor/pg_clipfrac" in data:
-        rec["clip_frac_seqs"] = data["actor/pg_clipfrac"]     # whole sequences are clipped
-    n = cfg.prompts_per_step * cfg.group_size
-    length = round(data.get("prompt_length/mean", 0) + data.get("response_length/mean", 0))
-    passes = 2 + (cfg.kl_coef > 0) + 3 * cfg.epochs
-    flops = passes * forward_flops([length] * n)
-    rec["tokens_generated"] = n * data.get("response_length/mean", 0)
-    rec.update({f"verl/{k}": v for k, v in data.items() if isinstance(v, (int, float))})
-    return rec, flops
-
-
-def _hf_files(step_dir: pathlib.Path) -> pathlib.Path:
-    """The Hugging Face folder of one of verl's checkpoints (fsdp: actor/huggingface; megatron
-    layout v2: actor/model/huggingface)."""
-    for sub in ("actor/huggingface", "actor/model/huggingface"):
-        p = step_dir / sub
-        if (p / "config.json").is_file() and any(p.glob("*.safetensors")):
-            return p
-    raise FileNotFoundError(f"{step_dir}: no Hugging Face model files (actor/huggingface or "
-                            "actor/model/huggingface with config.json and *.safetensors); "
-                            "verl saves them with checkpoint.save_contents: [..., hf_model]")
-
-
-def export(job_dir, ckpt_root, step: int, counters: dict) -> pathlib.Path:
-    """verl's global_step_<step> -> ckpt_root/step_<step>: its model files, the META record
-    evaluation reads and the state file that marks it complete."""
-    dest = pathlib.Path(ckpt_root) / f"step_{step:06d}"
-    ckpt.export_model_files(
-        _hf_files(pathlib.Path(job_dir) / "checkpoints" / f"global_step_{step}"), dest,
-        {"step": step, "stage": "rl", "engine": "verl", "compute_flops": counters["compute_flops"]},
-        {"step": step, "counters": dict(counters)})
-    return dest
-
-
-def saved_steps(job_dir) -> list[int]:
-    """The steps of verl's complete checkpoints: those up to the one its tracker file names
-    (written after each save)."""
-    root = pathlib.Path(job_dir) / "checkpoints"
-    tracker = root / "latest_checkpointed_iteration.txt"
-    if not tracker.is_file():
-        return []
-    last = int(tracker.read_text().strip())
-    return sorted(s for s in (int(p.name.rsplit("_", 1)[1]) for p in root.glob("global_step_*"))
-                  if s <= last)
-
-
-def collect(cfg: RLConfig) -> pathlib.Path:
-    """Turn the finished verl run in out_dir/verl into this project's run (module doc, step 3),
-    inside the caller's stage run; returns out_dir/model."""
-    from gspo.errors import TrainingError
-    from gspo.flops import FlopCounter
-    from gspo.models import load_model
-    from gspo.tracking import MetricsLog
-
-    check(cfg)
-    out = pathlib.Path(cfg.out_dir)
-    job = out / JOB
-    if not (job / DONE).is_file():
-        raise TrainingError(f"{job}: no finished verl run (no {DONE}); verl's trainer runs "
-                            "first, in its own environment (the workflow's verl_train rule)")
-    done = json.loads((job / DONE).read_text())
-    rows, saved = verl_metrics(job), set(saved_steps(job))
-    if not rows or rows[-1][0] != cfg.steps or cfg.steps not in saved:
-        raise TrainingError(f"{job}: verl's run logged steps up to {rows[-1][0] if rows else 0} "
-                            f"and saved {sorted(saved)}; this config trains {cfg.steps} steps")
-    ckpt.write_run_info(out, ckpt.run_info(
-        to_dict(cfg), Mix(cfg.train_data).hashes(), stage="rl", algorithm=cfg.algorithm,
-        engine="verl", verl_version=done.get("verl_version"), world_size=done.get("world_size")))
-    forward = FlopCounter(load_model(cfg.model, weights=False)[0]).forward
-    log = MetricsLog(out / "metrics.jsonl")
-    counters = {"compute_flops": 0.0, "tokens_generated": 0.0, "tokens_trained": 0.0,
-                "wall_s": 0.0}
-    bad = 0
-    for step, data in rows:
-        rec, flops = record(data, cfg, forward)
-        tokens = rec.pop("tokens_generated")
-        counters["compute_flops"] += flops
-        counters["tokens_generated"] += tokens
-        counters["tokens_trained"] += tokens * cfg.epochs
-        counters["wall_s"] += rec.get("time_step_s", 0.0)
-        finite = all(math.isfinite(rec.get(k, 0.0)) for k in ("loss", "grad_norm"))
-        bad = 0 if finite else bad + 1
-        if bad >= cfg.max_consecutive_nonfinite:
-            raise TrainingError(f"step {step}: {bad} non-finite losses or gradient norms in a "
-                                f"row in verl's log (max_consecutive_nonfinite)")
-        if step in saved:
-            export(job, out / "checkpoints", step, counters)
-        log.log(step, {**rec, **counters})
-    ckpt.prune_checkpoints(out / "checkpoints", cfg.keep_last, cfg.keep_steps)
-    ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
-    write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
-                                      "engine": "verl", "world_size": done.get("world_size"),
-                                      **counters})
-    return out / "model"
-
-
-def run_rl(cfg: RLConfig, reward_fn=None, *, tracking=None, restart_if_changed: bool = False,
-           world=None):
-    """gspo.trainer.run_rl's counterpart for pipeline.train: the collected run in its MLflow
-    stage run. verl scored the rewards itself (evaluators.for_verl), so `reward_fn` is unused."""
-    from gspo.tracking import stage_run
-    from gspo.trainer import prepare_out_dir
-
-    check(cfg)
-    tracking = prepare_out_dir(cfg, tracking, restart_if_changed)
-    with stage_run("rl", cfg.out_dir, commit="checkpoint", tracking=tracking):
-        return collect(cfg)

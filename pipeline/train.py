@@ -37,8 +37,8 @@ def main(argv=None):
     world = dist.init(cfg.device)
     if cfg.engine == "trl":    # TRL's GRPOTrainer (gspo.trl_engine), DDP on several ranks
         from gspo.trl_engine import run_rl
-    elif cfg.engine == "verl":   # collect the run verl's trainer finished (gspo.verl_engine)
-        from gspo.verl_engine import run_rl
+    elif cfg.engine == "verl":   # collect the run verl's trainer finished (gspo.verl_collect)
+        from gspo.verl_collect import run_rl
     try:
         model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
                        restart_if_changed=args.restart_if_changed, world=world)

@@ -150,7 +150,9 @@ def run_verl(cases: dict, tmp: pathlib.Path) -> dict:
     if not (VERL_PATH / "verl").is_dir():
         pytest.fail(f"{VERL_PATH}: verl is not installed beside the project; run bash setup.sh")
     torch.save(cases, tmp / "cases.pt")
-    env = {**os.environ, "PYTHONPATH": str(VERL_PATH), "RAY_USAGE_STATS_ENABLED": "0"}
+    # this tree's project after verl's folder: the reward cases import its evaluators
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(VERL_PATH), str(ROOT)]),
+           "RAY_USAGE_STATS_ENABLED": "0"}
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "verl_reference.py"),
                         str(tmp / "cases.pt"), str(tmp / "out.pt")],
                        env=env, capture_output=True, text=True, timeout=600)

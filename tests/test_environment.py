@@ -103,11 +103,11 @@ def _installs(commands):
     return out
 
 
-# verl and what its import and its Hydra config need, without dependencies, in a folder of their
+# verl, what its import and its Hydra config need and Megatron-Core, without dependencies, in a folder of their
 # own (setup.sh says why)
 VERL = ["verl==0.9.1", "ray==2.60.0", "tensordict==0.15.3", "omegaconf==2.4.0",
         "codetiming==1.4.0", "msgpack==1.2.4", "orjson==3.13.0", "pyvers==0.2.3",
-        "hydra-core==1.3.8", "antlr4-python3-runtime==4.9.3"]
+        "hydra-core==1.3.8", "antlr4-python3-runtime==4.9.3", "megatron-core==0.16.1"]
 
 
 def _index_of(commands, package):

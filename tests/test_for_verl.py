@@ -109,3 +109,38 @@ def test_compute_score_refuses_a_record_of_another_benchmark():
     with pytest.raises(DataError, match="is not the record's task"):
         for_verl.compute_score("lcb", rec["solution"], json.dumps(rec))
     assert for_verl.compute_score("aime", rec["solution"], json.dumps(rec)) == 1.0
+
+
+def test_an_answer_that_stalls_scoring_times_out_alone_and_scores_zero(monkeypatch):
+    """Issue 42 row 9: verl calls compute_score from threads. `9^{9^{9^{9}}}` holds the GIL in
+    one big-integer power for good (in a thread it stalls the whole process: tried); here it
+    scores 0 after the limit while another thread's answer is scored meanwhile, and the next
+    answer gets a fresh worker."""
+    import threading
+    import time
+
+    monkeypatch.setenv("GSPO_SCORE_TIMEOUT_S", "3")
+    rec = json.dumps({"id": "p", "task": "aime", "prompt": "?", "answer": 2})
+    got, t0 = {}, time.monotonic()
+
+    def score(name, answer, delay=0.0):
+        time.sleep(delay)
+        got[name] = (for_verl.compute_score("aime", f"\\boxed{{{answer}}}", rec),
+                     time.monotonic() - t0)
+    # two workers started (their start is outside a call's limit), \frac{6}{3}: math-verify's
+    warm = [threading.Thread(target=score, args=(n, "\\frac{6}{3}")) for n in ("w1", "w2")]
+    for t in warm:
+        t.start()
+    for t in warm:
+        t.join(300)
+    assert (got["w1"][0], got["w2"][0]) == (1.0, 1.0)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=score, args=("stall", "9^{9^{9^{9}}}")),
+               threading.Thread(target=score, args=("fine", "2", 0.3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got["stall"][0] == 0.0 and 3.0 <= got["stall"][1] < 10.0
+    assert got["fine"][0] == 1.0 and got["fine"][1] < got["stall"][1]
+    assert for_verl.compute_score("aime", "\\boxed{\\frac{6}{3}}", rec) == 1.0

@@ -79,6 +79,19 @@ def moe_30b_configs() -> dict[str, RLConfig]:
         for name, over in runs.items()}
 
 
+# Qwen3-30B-A3B's shape (its config.json), for Megatron's TransformerConfig
+QWEN3_30B_A3B = dict(num_layers=48, hidden_size=2048, num_attention_heads=32, num_query_groups=4,
+                     ffn_hidden_size=6144, num_moe_experts=128, moe_router_topk=8,
+                     moe_ffn_hidden_size=768)
+# the overrides issue 42 added (ETP, CP, recompute, Adam's betas for Megatron, the Ray env)
+BEFORE = ("expert_tensor_parallel_size", "context_parallel_size", "recompute_",
+          "override_optimizer_config", "CUDA_DEVICE_MAX_CONNECTIONS")
+
+
+def megatron_case(cfg: RLConfig) -> dict:
+    return {**case(cfg), "kind": "megatron", "shape": QWEN3_30B_A3B}
+
+
 @pytest.fixture(scope="module")
 def verl_says(tmp_path_factory):
     """verl's own composition and validation of every case, in one verl process."""
@@ -93,6 +106,14 @@ def verl_says(tmp_path_factory):
     r2_bypass = megatron(algorithm="grpo", **replay("trainer"))
     cases["bad-r2-bypass"] = {**case(r2_bypass), "overrides": case(r2_bypass)["overrides"]
                               + ["algorithm.rollout_correction.bypass_mode=true"]}
+    # what verl's Megatron engine hands Megatron-Core, for every moe-30b run, and two controls:
+    # the overrides as they were before issue 42, and without the recompute settings only
+    cases.update({f"mcore-{name}": megatron_case(c) for name, c in moe_30b_configs().items()})
+    gspo = megatron_case(moe_30b_configs()["gspo"])
+    cases["mcore-before"] = {**gspo, "overrides": [o for o in gspo["overrides"]
+                                                   if not any(k in o for k in BEFORE)]}
+    cases["mcore-no-recompute"] = {**gspo, "overrides": [o for o in gspo["overrides"]
+                                                         if "recompute" not in o]}
     return run_verl(cases, tmp_path_factory.mktemp("verl_config"))
 
 
@@ -172,6 +193,29 @@ def test_verl_validates_the_moe_30b_runs_and_rejects_what_it_should(verl_says):
     assert "must be divisible by minimal possible batch size" in verl_says["bad-batch"]["error"]
     assert "bypass_mode=False" in verl_says["bad-r2-bypass"]["error"]
     assert verl_says["version"] == "0.9.1"
+
+
+@pytest.mark.slow
+def test_megatron_core_accepts_the_layout_recompute_and_optimizer_verl_hands_it(verl_says):
+    """Issue 42 rows 1-3 and 6, for every run of config/moe-30b.yaml: Megatron-Core's own
+    initialize_model_parallel on the 16 ranks of 2 x 8 GPUs, its OptimizerConfig and
+    TransformerConfig from what verl's Megatron engine passes, and the env Ray starts with."""
+    runs = sorted(n for n in verl_says if n.startswith("mcore-") and n[6:] in moe_30b_configs())
+    assert len(runs) == 6
+    for name in runs:
+        got = verl_says[name]
+        assert got["layout"] == {"tp": 4, "ep": 8, "etp": 1, "edp": 2, "dp": 4, "world": 16}, name
+        assert (got["optimizer"]["adam_beta1"], got["optimizer"]["adam_beta2"]) == \
+            verl_engine.BETAS
+        assert got["transformer"] == {"recompute_granularity": "full", "recompute_method": "uniform",
+                                      "recompute_num_layers": 1, "moe_aux_loss_coeff": 0.0}, name
+        assert got["ray_env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    before = verl_says["mcore-before"]          # the overrides as they were: each row fails
+    assert before["layout"] == {"error": "RuntimeError: world_size (16) is not divisible by "
+                                         "expert_tensor_model_pipeline_parallel size (32)"}
+    assert before["optimizer"]["adam_beta2"] == 0.999
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in before["ray_env"]
+    assert verl_says["mcore-no-recompute"]["transformer"]["recompute_granularity"] is None
 
 
 # -- a run in verl's layout, collected, tracked and evaluated ------------------------------------
@@ -273,7 +317,9 @@ def test_collect_exports_verls_checkpoints_and_metrics_under_our_names(verl_run)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert [r["reward_mean"] for r in rows] == [0.1, 0.5]    # step 2 from the resumed attempt
-    assert [r["clip_frac_seqs"] for r in rows] == [0.25, 0.5]
+    # verl's pg_clipfrac is token-weighted for GSPO too: no sequence-level fraction is made up
+    assert [r["clip_frac_tokens"] for r in rows] == [0.25, 0.5]
+    assert not any("clip_frac_seqs" in r for r in rows)
     assert rows[1]["verl/perf/mfu/actor"] == 0.3 and rows[1]["time_rollout_s"] == 1.0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["engine"] == "verl" and summary["compute_flops"] == metas[1]["compute_flops"]
@@ -320,29 +366,120 @@ def test_collect_without_a_finished_verl_run_is_a_one_line_error(verl_run, tmp_p
     assert "no finished verl run" in line and "verl_train" in line
 
 
+@pytest.mark.slow
+def test_a_checkpoint_verl_saved_but_never_logged_is_still_exported(verl_run, tmp_path):
+    """Issue 42 row 10: verl saved step 2, then stopped before logging it; its resume had
+    nothing left to run."""
+    import shutil
+
+    from gspo.errors import TrainingError
+    from gspo.fields import from_dict
+    from gspo.verl_collect import collect
+
+    out = tmp_path / "rl"
+    shutil.copytree(verl_run["out"] / "verl", out / "verl")
+    (out / "verl" / "metrics.2.jsonl").unlink()
+    first = (out / "verl" / "metrics.1.jsonl").read_text().splitlines()[0]
+    (out / "verl" / "metrics.1.jsonl").write_text(first + "\n")
+    cfg = from_dict(RLConfig, {**yaml.safe_load(verl_run["cfg"].read_text()), "out_dir": str(out)})
+    collect(cfg)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000001",
+                                                                       "step_000002"]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["verl/row_missing"] == 1
+    assert "reward_mean" not in rows[1]
+    assert rows[1]["compute_flops"] == pytest.approx(2 * rows[0]["compute_flops"])
+    meta = json.loads((out / "checkpoints" / "step_000002" / "checkpoint.json").read_text())
+    assert meta["compute_flops"] == rows[1]["compute_flops"]
+    shutil.rmtree(out / "verl" / "checkpoints" / "global_step_2")    # neither logged nor saved
+    with pytest.raises(TrainingError, match=r"logged steps 1 and saved \[1\].*missing: 2\)$"):
+        collect(cfg)
+
+
 # -- the launcher and the workflow ----------------------------------------------------------------
 
-def test_the_launcher_starts_a_ray_head_and_workers_then_verls_trainer(tmp_path):
+LAUNCH = str(ROOT / "workflow" / "scripts" / "verl_launch.py")
+
+
+def _launch_plan(tmp_path, *args) -> list[list[str]]:
+    """The launcher's dry-run plan for a 3-node job, one command a line."""
     job = tmp_path / "job"
-    job.mkdir()
-    (job / "job.json").write_text(json.dumps({"config_name": "ppo_megatron_trainer",
-                                              "overrides": ["data.shuffle=false"]}))
-    r = subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / "verl_launch.py"),
-                        str(job), "--gpus-per-node", "8", "--hosts", "gpu01,gpu02,gpu03",
-                        "--dry-run"], capture_output=True, text=True, timeout=60)
+    job.mkdir(exist_ok=True)
+    (job / "job.json").write_text(json.dumps({"config_name": "ppo_megatron_trainer", "overrides": [
+        "data.shuffle=false", "actor_rollout_ref.model.path=/models/q"]}))
+    r = subprocess.run([sys.executable, LAUNCH, str(job), "--gpus-per-node", "8",
+                        "--cpus-per-node", "96", "--dry-run", *args],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    head, w1, w2, trainer = [line.split() for line in r.stdout.splitlines()]
-    assert head[:7] == ["srun", "--nodes=1", "--ntasks=1", "--gres=gpu:8", "-w", "gpu01", "ray"]
-    assert "--head" in head and "--num-gpus=8" in head and "--block" in head
-    assert "gpu02" in w1 and "--address=gpu01:6379" in w1 and "gpu03" in w2
-    assert trainer[1:5] == ["-m", "verl.trainer.main_ppo", "--config-name",
-                            "ppo_megatron_trainer"]
-    assert trainer[5:] == ["data.shuffle=false", "trainer.nnodes=3", "trainer.n_gpus_per_node=8"]
+    return [line.split() for line in r.stdout.splitlines()]
+
+
+def test_the_launcher_puts_the_container_inside_each_srun_step_with_the_nodes_resources(tmp_path):
+    """Issue 42 rows 4 and 5: srun on the host, apptainer inside each step; CPUs, GPUs and the
+    address of each node given to the step and to Ray."""
+    check, head, w1, w2, trainer = _launch_plan(
+        tmp_path, "--hosts", "gpu01=10.0.0.1,gpu02=10.0.0.2,gpu03=10.0.0.3", "--container",
+        "img.sif")
+    box = ["apptainer", "exec", "--nv", "--bind",
+           f"{ROOT},{(tmp_path / 'job').resolve()},/models/q", "img.sif"]
+
+    def split(cmd):
+        i = cmd.index("apptainer")
+        return cmd[:i], cmd[i:]
+    srun, inside = split(check)
+    assert srun == ["srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--cpus-per-task=96",
+                    "--gres=gpu:8"]
+    assert inside == box + ["python3", str(ROOT / "workflow" / "scripts" / "verl_preflight.py"),
+                            "--config-name", "ppo_megatron_trainer", "--gpus", "8"]
+    ray = ["--num-cpus=96", "--num-gpus=8", "--block"]
+    for cmd, host, role in [(head, "gpu01", ["--head", "--port=6379"]),
+                            (w1, "gpu02", ["--address=10.0.0.1:6379"]),
+                            (w2, "gpu03", ["--address=10.0.0.1:6379"])]:
+        srun, inside = split(cmd)
+        assert srun == ["srun", "--nodes=1", "--ntasks=1", "--cpus-per-task=96", "--gres=gpu:8",
+                        "-w", host]
+        ip = f"10.0.0.{host[-1]}"
+        assert inside == box + ["ray", "start", *role, f"--node-ip-address={ip}", *ray]
+    srun, inside = split(trainer)
+    assert srun == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "gpu01"]
+    assert inside == box + ["python3", "-m", "verl.trainer.main_ppo", "--config-name",
+                            "ppo_megatron_trainer", "data.shuffle=false",
+                            "actor_rollout_ref.model.path=/models/q", "trainer.nnodes=3",
+                            "trainer.n_gpus_per_node=8"]
+
+
+def test_without_a_container_the_steps_run_verls_environment_itself(tmp_path):
+    check, head, w1, w2, trainer = _launch_plan(tmp_path, "--hosts", "gpu01,gpu02,gpu03")
+    assert not any("apptainer" in cmd for cmd in (check, head, w1, w2, trainer))
+    assert head[6:9] == ["gpu01", "ray", "start"] and "--num-cpus=96" in head
+    assert "--node-ip-address=gpu02" in w1    # a dry run prints a name it cannot resolve as is
+    assert trainer[6:8] == [sys.executable, "-m"]
+
+
+@pytest.mark.slow
+def test_the_preflight_names_in_one_line_all_that_verls_environment_lacks():
+    """Issue 42 row 7-8's check, run where verl 0.9.1, Ray and Megatron-Core import
+    (.venv/verl-nodeps beside the project, vLLM's CPU build, math-verify, bwrap) but Megatron-
+    Bridge, Transformer Engine, flash-attn and GPUs do not."""
+    from test_conformance_verl import VERL_PATH
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(VERL_PATH), str(ROOT)]),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    r = subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / "verl_preflight.py"),
+                        "--config-name", "ppo_megatron_trainer", "--gpus", "8"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("verl_preflight:")]
+    for missing in ("megatron.bridge", "transformer_engine", "flash_attn", "0 GPUs visible"):
+        assert missing in line
+    for present in ("verl.trainer.main_ppo ", "import ray ", "megatron.core ", "math_verify",
+                    "evaluators", "bwrap", "math-verify not in use"):
+        assert present not in line
 
 
 def test_the_launcher_refuses_a_missing_job_in_one_line(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "workflow" / "scripts" / "verl_launch.py"),
-                        str(tmp_path), "--gpus-per-node", "1", "--dry-run"],
+    r = subprocess.run([sys.executable, LAUNCH, str(tmp_path), "--gpus-per-node", "1",
+                        "--dry-run"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "no such job" in r.stderr.strip()
 
@@ -362,6 +499,7 @@ def test_moe_30b_plans_verl_jobs_on_two_nodes_of_eight_gpus():
     for block in trains:
         assert "nodes=2" in block and "tasks=2" in block and "gres=gpu:h100:8" in block
         assert "verl_launch.py" in block and "--gpus-per-node 8" in block
+        assert "--container" not in block and "apptainer" not in block   # no --sdm apptainer
 
 
 ENVS = """
@@ -377,7 +515,8 @@ with SnakemakeApi(OutputSettings(quiet=True)) as api:
                       storage_settings=StorageSettings(), workdir=root,
                       snakefile=root / "Snakefile",
                       deployment_settings=DeploymentSettings(
-                          deployment_method={DeploymentMethod.CONDA}))
+                          deployment_method={DeploymentMethod.CONDA,
+                                             DeploymentMethod.APPTAINER}))
     print(json.dumps({r.name: [str(r.conda_env) if r.conda_env else None,
                                str(r.container_img) if r.container_img else None]
                       for r in wf._workflow.rules}))
@@ -391,11 +530,20 @@ def test_verls_rule_declares_verls_environment_and_the_others_the_projects():
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     envs = json.loads(r.stdout.strip().splitlines()[-1])
-    assert envs.pop("verl_train") == ["../envs/verl.yaml", "docker://verlai/verl:vllm024.dev2"]
+    # no container directive: with --sdm apptainer the launcher runs on the host and puts the
+    # image inside each srun step; rule verl_image builds the default, local image
+    assert envs.pop("verl_train") == ["../envs/verl.yaml", None]
+    assert envs.pop("verl_image") == [None, None]
     envs.pop("all")
     assert {tuple(v) for v in envs.values()} == {("../../environment.yml", None)}
     env = yaml.safe_load((ROOT / "workflow" / "envs" / "verl.yaml").read_text())
-    assert "verl[vllm,mcore]==0.9.1" in env["dependencies"][-1]["pip"]
+    pip = env["dependencies"][-1]["pip"]
+    assert "verl[vllm,mcore]==0.9.1" in pip and "math-verify==0.9.0" in pip
+    assert {"megatron-core", "megatron-bridge==0.6.2", "transformer-engine[pytorch]"} <= set(pip)
+    assert "bubblewrap" in env["dependencies"]
+    image = (ROOT / "workflow" / "envs" / "verl.def").read_text()
+    for need in ("verl==0.9.1", "megatron-bridge==0.6.2", "math-verify==0.9.0", "bubblewrap"):
+        assert need in image
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ with that folder on PYTHONPATH and compares the numbers it writes back.
 
 usage: python tests/verl_reference.py CASES.pt RESULTS.pt
 CASES.pt: {name: case}; a case's "kind" names the function below that answers it (loss, weights,
-dataset, reward, config, log), the rest are its arguments. RESULTS.pt: {name: what that function returns}
+dataset, reward, config, megatron, log), the rest are its arguments. RESULTS.pt: {name: what that function returns}
 plus "version".
 """
 
@@ -85,30 +85,108 @@ def reward(case: dict) -> dict:
     return {"rewards": out.sum(dim=1)}
 
 
-def config(case: dict) -> dict:
+def _compose(case: dict):
     """verl's trainer config `case["name"]` composed with `case["overrides"]` as its command
     line would (Hydra's compose API over verl's own config folder), then checked by the
-    validation its main_ppo runs first: {"error": message} when it refuses, else the values at
-    `case["read"]` (dotted keys)."""
+    validation its main_ppo runs first."""
     import pathlib
 
     import verl
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
     folder = str(pathlib.Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        cfg = compose(config_name=case["name"], overrides=case["overrides"])
+    auto_set_device(cfg)
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg),
+                    use_critic=need_critic(cfg))
+    return cfg
+
+
+def config(case: dict) -> dict:
+    """`_compose`: {"error": message} when verl refuses, else the values at `case["read"]`
+    (dotted keys)."""
+    from omegaconf import OmegaConf
+
     try:
-        with initialize_config_dir(config_dir=folder, version_base=None):
-            cfg = compose(config_name=case["name"], overrides=case["overrides"])
-        auto_set_device(cfg)
-        validate_config(cfg, use_reference_policy=need_reference_policy(cfg),
-                        use_critic=need_critic(cfg))
+        cfg = _compose(case)
     except Exception as e:  # noqa: BLE001 - the refusal is the answer
         return {"error": f"{type(e).__name__}: {e}"}
     return {"values": {k: OmegaConf.select(cfg, k) for k in case.get("read", ())}}
+
+
+def megatron(case: dict) -> dict:
+    """What verl's Megatron engine hands Megatron for the composed config (`_compose`), its
+    actor turned into verl's own dataclasses as its engine worker turns it (McoreActorConfig:
+    `.engine` and `.optim`), each answered by Megatron-Core's own code:
+
+    - layout: initialize_model_parallel with the arguments verl's engine passes
+      (MegatronEngine._init_device_mesh), on a world of nnodes x n_gpus_per_node ranks: torch's
+      fake process group (one process; the groups are made, nothing is sent), Megatron's gloo
+      groups off (the fake group cannot make them; they do not change the layout);
+    - optimizer: Megatron's OptimizerConfig from verl's init_megatron_optim_config;
+    - transformer: Megatron's TransformerConfig of case["shape"] with the engine's sizes and
+      override_transformer_config (its own checks of the recompute settings run there);
+    - ray_env: the env_vars of the runtime environment main_ppo starts Ray with (its
+      get_ppo_ray_runtime_env merged with ray_kwargs.ray_init.runtime_env, as run_ppo merges)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as mpu
+    from megatron.core.transformer import TransformerConfig
+    from omegaconf import OmegaConf
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.utils.megatron.optimizer import init_megatron_optim_config
+
+    cfg = _compose(case)
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+    e = actor.engine
+    world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    if dist.is_initialized() and dist.get_world_size() != world:
+        dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="fake", store=FakeStore(), rank=0, world_size=world)
+    out = {}
+    try:
+        mpu.initialize_model_parallel(
+            tensor_model_parallel_size=e.tensor_model_parallel_size,
+            pipeline_model_parallel_size=e.pipeline_model_parallel_size,
+            virtual_pipeline_model_parallel_size=e.virtual_pipeline_model_parallel_size,
+            use_sharp=False, context_parallel_size=e.context_parallel_size,
+            expert_model_parallel_size=e.expert_model_parallel_size,
+            expert_tensor_parallel_size=e.expert_tensor_parallel_size,
+            nccl_communicator_config_path=None, create_gloo_process_groups=False)
+        out["layout"] = {"tp": mpu.get_tensor_model_parallel_world_size(),
+                         "ep": mpu.get_expert_model_parallel_world_size(),
+                         "etp": mpu.get_expert_tensor_parallel_world_size(),
+                         "edp": mpu.get_expert_data_parallel_world_size(),
+                         "dp": mpu.get_data_parallel_world_size(), "world": world}
+    except Exception as err:  # noqa: BLE001 - Megatron's refusal is the answer
+        out["layout"] = {"error": f"{type(err).__name__}: {err}"}
+    finally:
+        mpu.destroy_model_parallel()
+    opt = init_megatron_optim_config(actor.optim, use_distributed_optimizer=True, bf16=True)
+    out["optimizer"] = {"adam_beta1": opt.adam_beta1, "adam_beta2": opt.adam_beta2,
+                        "lr": opt.lr, "weight_decay": opt.weight_decay}
+    overrides = dict(e.override_transformer_config)
+    try:
+        tf = TransformerConfig(**case["shape"], tensor_model_parallel_size=e.tensor_model_parallel_size,
+                               expert_model_parallel_size=e.expert_model_parallel_size,
+                               expert_tensor_parallel_size=e.expert_tensor_parallel_size,
+                               pipeline_model_parallel_size=e.pipeline_model_parallel_size,
+                               sequence_parallel=e.sequence_parallel, **overrides)
+        out["transformer"] = {k: getattr(tf, k) for k in (
+            "recompute_granularity", "recompute_method", "recompute_num_layers",
+            "moe_aux_loss_coeff")}
+    except Exception as err:  # noqa: BLE001
+        out["transformer"] = {"error": f"{type(err).__name__}: {err}"}
+    env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg),
+                          cfg.ray_kwargs.get("ray_init", {}).get("runtime_env", {}))
+    out["ray_env"] = OmegaConf.to_container(env).get("env_vars", {})
+    return out
 
 
 def log(case: dict) -> dict:
@@ -127,7 +205,7 @@ def log(case: dict) -> dict:
 
 
 KINDS = {"loss": loss, "weights": weights, "dataset": dataset, "reward": reward, "config": config,
-         "log": log}
+         "megatron": megatron, "log": log}
 
 
 def main(cases_path: str, out_path: str) -> None:
