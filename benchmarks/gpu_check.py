@@ -1,9 +1,11 @@
-"""The GPU path end to end in one command: bf16 SFT, RL with the colocated vLLM engine in sleep
-mode and its weight sync, then an evaluation on vLLM; per phase the peak memory, MFU, tokens/s
+"""The GPU path end to end in one command: bf16 SFT with its greedy check, RL with the
+colocated vLLM engine in sleep mode and its weight sync (the torch engine where vLLM is absent),
+the checkpoint's bit-exact resume, then an evaluation; per phase the peak memory, MFU, tokens/s
 and the sync time. Fails (exit 1) on any error, naming the phase in one line.
 
     python benchmarks/gpu_check.py [--json FILE] [--work DIR --keep]  # 1 GPU; <= 8 min on an H100
     python benchmarks/gpu_check.py --smoke [--engine vllm] [--trl]    # CPU, tiny preset, ~30 s
+    bash benchmarks/device_check.sh [--smoke]   # the lent GPU machine: torchrun, --trl, limits
 
 Nothing is downloaded: the model is random-initialised in Qwen3-1.7B's shapes
 (gspo.memory_plan.PRESETS: hidden 2048, 28 layers, 16 / 8 heads, head_dim 128, MLP 6144,
@@ -13,13 +15,16 @@ nothing), and the data are generated AIME-style problems (evaluators.benchmarks.
 own try/except (a failed phase is reported and the next one still runs, from the last good model):
 
 - build: the random model and the generated data;
-- sft: gspo.sft.run_sft, precision bfloat16 (autocast over fp32 master weights in a world of one),
-  activation checkpointing, chunked log-probs, token-budget micro-batches;
+- sft: gspo.sft.run_sft, precision bfloat16, activation checkpointing, chunked log-probs,
+  token-budget micro-batches, the greedy check on held-out problems at the last step;
 - rl: gspo.trainer.Trainer (GSPO), rollouts by vLLM colocated on the same GPU (bfloat16, sleep
   mode: asleep while the trainer runs), the weight sync after every step; sync time measured
   around the engine's update_weights, tokens/s and mfu_* from the trainer's own metrics.jsonl;
+- resume (benchmarks/gpu_check_phases.py, as are rl_trl and eval): the RL run's last
+  checkpoint loaded by a fresh trainer (resume: true); its fp32 master weights and AdamW state
+  must equal bit for bit what the trainer held, then one more step;
 - eval: evaluators.evaluation.evaluate (what `python -m pipeline.evaluate` runs) of the RL
-  model on vLLM, one benchmark (aime), a few problems;
+  model on the engine, one benchmark (aime), a few problems;
 - rl_trl (`--trl`, before rl): the same RL on TRL's GRPOTrainer (engine: trl).
 
 Per phase: wall seconds; torch.cuda.max_memory_allocated / max_memory_reserved of this process
@@ -30,8 +35,11 @@ trainer's mfu_rollout / mfu_old_logprob / mfu_update, eval from the completions'
 (SFT: trained response tokens, RL: generated, eval: generated, engine start excluded). Steps
 after the first are timed where there are several (the first holds warm-ups).
 
-A world of one (multi-GPU FSDP2 needs torchrun: out of scope), so the trainer's fp32 weights,
-gradients and AdamW moments (16 bytes a parameter, ~26 GiB at 1.7B) sit whole on the one GPU.
+A world of one: run plainly, no process group (bf16 by autocast over fp32 masters); under
+`torchrun --nproc-per-node 1` with GSPO_COLLECTIVES=1 (what device_check.sh runs) a process
+group (nccl, gloo with --smoke), FSDP2 and every collective as on several GPUs (NCCL refuses two
+ranks on one GPU). Either way the trainer's fp32 weights, gradients and AdamW moments (16 bytes
+a parameter, ~26 GiB at 1.7B) sit whole on the one GPU. --budget-s: no phase starts past it.
 `--smoke` runs the same phases on CPU (the `tiny` preset, fp32, the torch engine; `--engine
 vllm`: the vLLM CPU build, a minute more) so the script's code runs without a GPU
 (tests/test_gpu_check.py); memory there is this process's and its children's resident set, MFU
@@ -61,35 +69,60 @@ import time
 import traceback
 
 # a sibling module: running `python benchmarks/gpu_check.py` puts benchmarks/ first on sys.path
-from gpu_check_parts import (GIB, MemoryMonitor, count_params_of, dir_bytes, eval_flops,
-                             one_line, print_table, timed, write_random_qwen3)
+from gpu_check_parts import (GIB, MemoryMonitor, count_params_of, dir_bytes, one_line,
+                             print_table, timed, write_random_qwen3)
+from gpu_check_phases import MorePhases, training_state, vllm_importable, write_partial
 
 H100_BF16 = 989e12
 NOMINAL_CPU = 1e11
-PHASES = ("build", "sft", "rl_trl", "rl", "eval")     # rl_trl with --trl only
+PHASES = ("build", "sft", "rl_trl", "rl", "resume", "eval")     # rl_trl with --trl only
 
 # per mode: what a check does unless a flag says otherwise
 DEFAULTS = {
-    "gpu": dict(shape="Qwen3-1.7B", engine="vllm", precision="bfloat16", sft_steps=5, sft_batch=32,
-                sft_max_len=1024, rl_steps=3, prompts=16, group=8, minibatches=2,
+    "gpu": dict(shape="Qwen3-1.7B", engine="auto", precision="bfloat16", sft_steps=5,
+                sft_batch=32, sft_max_len=1024, rl_steps=3, prompts=16, group=8, minibatches=2,
                 max_new_tokens=512, micro_tokens=16384, logprob_chunk=1024, eval_problems=32,
                 eval_samples=4, max_model_len=1024, gpu_memory_utilization=0.5,
-                peak_flops=H100_BF16, difficulty=(40, 99), threads=0),
+                peak_flops=H100_BF16, difficulty=(40, 99), threads=0, greedy_problems=16,
+                budget_s=0),
     "smoke": dict(shape="tiny", engine="torch", precision="float32", sft_steps=3, sft_batch=8,
                   sft_max_len=128, rl_steps=2, prompts=4, group=4, minibatches=2,
                   max_new_tokens=24, micro_tokens=256, logprob_chunk=16, eval_problems=8,
                   eval_samples=2, max_model_len=256, gpu_memory_utilization=0.0,
-                  peak_flops=NOMINAL_CPU, difficulty=(3, 9), threads=2),
+                  peak_flops=NOMINAL_CPU, difficulty=(3, 9), threads=2, greedy_problems=4,
+                  budget_s=0),
 }
 
 
-class Check:
-    def __init__(self, args):
+def backend(world) -> str | None:
+    import torch.distributed as tdist
+
+    return tdist.get_backend() if world.distributed and tdist.is_initialized() else None
+
+
+def versions() -> dict:
+    """The versions the check ran under (the lent image's differ from the project's pins)."""
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("torch", "transformers", "accelerate", "tokenizers", "trl", "datasets", "vllm"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+class Check(MorePhases):
+    def __init__(self, args, world):
         import torch
 
         self.args = args
+        self.world = world
         self.cuda = not args.smoke
         self.device = "cuda" if self.cuda else "cpu"
+        self.saved_state = None     # the trainer's state at its last checkpoint (rl -> resume)
+        self.t0 = time.perf_counter()
         self.work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="gspo-gpu-check-"))
         self.work.mkdir(parents=True, exist_ok=True)
         self.models: dict[str, pathlib.Path] = {}       # phase -> the model it produced
@@ -97,7 +130,8 @@ class Check:
                        "device": torch.cuda.get_device_name(0) if self.cuda else "cpu",
                        "shape": args.shape, "precision": args.precision,
                        "engine": args.engine, "peak_flops": args.peak_flops,
-                       "world_size": 1, "phases": {}}
+                       "world_size": world.size, "collectives": world.distributed,
+                       "backend": backend(world), "versions": versions(), "phases": {}}
         self.monitor = MemoryMonitor(self.cuda)
 
     # -- the phase harness ------------------------------------------------------------------
@@ -111,7 +145,11 @@ class Check:
         self.monitor.reset()
         rec: dict = {"status": "ok"}
         t0 = time.perf_counter()
+        left = self.args.budget_s - (t0 - self.t0) if self.args.budget_s else None
         try:
+            if left is not None and left <= 0:
+                raise TimeoutError(f"not started: the check's {self.args.budget_s:.0f} s budget "
+                                   "is spent")
             rec.update(fn())
         except Exception as e:
             traceback.print_exc()
@@ -124,6 +162,7 @@ class Check:
             rec["torch_peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / GIB, 2)
         rec["peak_used_gib"] = round(self.monitor.read() / GIB, 2)
         self.report["phases"][name] = rec
+        write_partial(pathlib.Path(self.args.json) if self.args.json else None, self.report)
         print(f"gpu_check: {name} {rec['status']} in {rec['wall_s']:.1f} s"
               + (f" ({rec['error']})" if rec["status"] != "ok" else ""), flush=True)
 
@@ -177,6 +216,7 @@ class Check:
 
     # -- sft ---------------------------------------------------------------------------------
     def sft(self) -> dict:
+        from evaluators.tasks import reward
         from gspo.config import DataSource, SFTConfig
         from gspo.sft import run_sft
         from gspo.tracking import Tracking, read_metrics
@@ -188,8 +228,9 @@ class Check:
                         batch_size=a.sft_batch, lr=1e-5, warmup_steps=1, max_len=a.sft_max_len,
                         max_tokens_per_micro_batch=a.micro_tokens, logprob_chunk=a.logprob_chunk,
                         activation_checkpointing=True, precision=a.precision, device=self.device,
+                        eval_data=str(self.data("test")), eval_problems=a.greedy_problems,
                         eval_every=0, log_every=1, threads=a.threads)
-        model = run_sft(cfg, tracking=Tracking())
+        model = run_sft(cfg, reward, tracking=Tracking(), world=self.world)   # greedy at the end
         rows = read_metrics(out / "metrics.jsonl")
         if len(rows) != a.sft_steps:
             raise RuntimeError(f"{len(rows)} metric records for {a.sft_steps} steps")
@@ -207,6 +248,7 @@ class Check:
         self.models["sft"] = model
         return {"steps": len(rows), "timed_steps": max(len(rows) - 1, 1),
                 "loss_first": round(first["loss"], 4), "loss_last": round(last["loss"], 4),
+                "greedy_accuracy": last["greedy_accuracy"],
                 "step_s": round(dt / max(len(rows) - 1, 1), 3),
                 "tokens_per_s": round(toks / dt, 1) if dt > 0 else None,
                 "mfu": round(flops / (dt * self.args.peak_flops), 4) if dt > 0 else None}
@@ -220,19 +262,19 @@ class Check:
         out = self.work / "rl"
         cfg = self.rl_config(out)
         t0 = time.perf_counter()
-        trainer = Trainer(cfg, functools.partial(rewards, workers=cfg.reward_workers))
+        trainer = Trainer(cfg, functools.partial(rewards, workers=cfg.reward_workers), self.world)
         init_s = time.perf_counter() - t0
         engine = trainer.engine
         syncs, ckpts, asleep = self.instrument(trainer)
         try:
             model = trainer.train()
+            # as it saved its last checkpoint, and the run's config (resume)
+            self.saved_state, self.rl_cfg = training_state(trainer), cfg
         finally:
             engine.close()     # idempotent; train() closed it unless a step failed
             del trainer, engine
         rec = self.rl_record(read_metrics(out / "metrics.jsonl"), syncs, ckpts, asleep, init_s)
-        if not self.args.keep:
-            shutil.rmtree(out / "checkpoints", ignore_errors=True)   # the model is published
-        self.models["rl"] = model
+        self.models["rl"] = model      # its checkpoints stay for the resume phase
         return rec
 
     def rl_config(self, out: pathlib.Path):
@@ -320,68 +362,11 @@ class Check:
                 rec[k] = round(mean(k), 4)
         return rec, mean
 
-    # -- rl on TRL -----------------------------------------------------------------------------
-    def rl_trl(self) -> dict:
-        """`--trl`: the same RL on TRL's GRPOTrainer from the same model, before the native run
-        prunes it; vllm: on the project's engine (gspo.trl_rollout). No token budget or chunked
-        log-probs in TRL: micro-batches of 4 sequences bound its logits instead."""
-        from evaluators.tasks import rewards
-        from gspo import trl_engine
-        from gspo.tracking import read_metrics
-
-        out = self.work / "rl_trl"
-        cfg = dataclasses.replace(self.rl_config(out), engine="trl", micro_batch_size=4,
-                                  max_tokens_per_micro_batch=0, logprob_chunk=0)
-        try:
-            trl_engine.train(cfg, functools.partial(rewards, workers=cfg.reward_workers))
-            return self.step_means(read_metrics(out / "metrics.jsonl"))[0]
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-
-    # -- eval --------------------------------------------------------------------------------
-    def eval(self) -> dict:
-        from evaluators import evaluation
-        from evaluators.evaluation import EvalConfig
-        from gspo.io import read_jsonl
-
-        a = self.args
-        vllm = a.engine == "vllm"
-        model = self.latest_model()
-        cfg = EvalConfig(benchmark="aime", data=str(self.data("test")), engine=a.engine,
-                         device=self.device,
-                         dtype=a.precision,
-                         gpu_memory_utilization=a.gpu_memory_utilization if vllm else 0.0,
-                         max_model_len=a.max_model_len if vllm else 0, samples=a.eval_samples,
-                         max_new_tokens=a.max_new_tokens, limit=a.eval_problems,
-                         bootstrap_iters=200, keep_completions=False)
-        starts = []
-        make = evaluation.make_engine    # its start is left out of tokens/s and MFU
-        evaluation.make_engine = timed(make, starts)
-        try:
-            summary = evaluation.evaluate(str(model), [cfg], self.work / "eval")["aime"]
-        finally:
-            evaluation.make_engine = make
-        s = summary["benchmarks"]["aime"]
-        want = min(a.eval_problems, len(read_jsonl(self.data("test")))) * a.eval_samples
-        if s["n_samples"] != want:
-            raise RuntimeError(f"{s['n_samples']} samples scored, expected {want}")
-        results = read_jsonl(self.work / "eval" / "aime" / "results.jsonl")
-        tokens = sum(n for r in results for n in r["n_tokens"])
-        start_s = sum(starts)
-        gen_s = summary["seconds"] - start_s
-        rec = {"problems": s["n_problems"], "samples": s["n_samples"],
-               "avg@n": round(s["avg@n"], 4), "engine_start_s": round(start_s, 2),
-               "generate_score_s": round(gen_s, 2), "tokens": tokens,
-               "tokens_per_s": round(tokens / gen_s, 1) if gen_s > 0 else None}
-        flops = eval_flops(model, self.data("test"), results)
-        if gen_s > 0 and flops:
-            rec["mfu"] = round(flops / (gen_s * self.args.peak_flops), 5)
-        return rec
-
     # -- the whole check ---------------------------------------------------------------------
     def main(self) -> int:
         fns = {"build": self.build, "sft": self.sft, "rl_trl": self.rl_trl, "rl": self.rl,
                "eval": self.eval}
+        fns["resume"] = self.resume
         phases = [p for p in PHASES if p != "rl_trl" or self.args.trl]
         for name in phases:
             self.run(name, fns[name])
@@ -407,8 +392,9 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true",
                     help="CPU, the tiny preset, fp32, torch engine: the script's code path")
-    ap.add_argument("--engine", choices=("vllm", "torch"),
-                    help="rollout and evaluation engine (default: vllm, --smoke: torch)")
+    ap.add_argument("--engine", choices=("vllm", "torch", "auto"),
+                    help="rollout and evaluation engine (default auto: vllm where it imports, "
+                         "else torch; --smoke: torch)")
     ap.add_argument("--trl", action="store_true",
                     help="also RL on TRL's GRPOTrainer (engine: trl), from the same SFT model")
     ap.add_argument("--work", help="work folder (default: a fresh temp folder)")
@@ -424,11 +410,17 @@ def parse_args(argv=None):
     ap.add_argument("--peak-flops", type=float, help="the device's peak FLOP/s, for MFU")
     ap.add_argument("--eval-problems", type=int)
     ap.add_argument("--threads", type=int, help="torch intra-op threads (0: torch's default)")
+    ap.add_argument("--greedy-problems", type=int, help="problems of SFT's greedy check")
+    ap.add_argument("--prompts", type=int, help="RL prompts per step")
+    ap.add_argument("--budget-s", type=float,
+                    help="seconds after which no further phase starts (0: none)")
     args = ap.parse_args(argv)
     mode = DEFAULTS["smoke" if args.smoke else "gpu"]
     for k, v in mode.items():
         if vars(args).get(k) is None:
             vars(args)[k] = v
+    if args.engine == "auto":
+        args.engine = "vllm" if vllm_importable() else "torch"
     return args
 
 
@@ -443,7 +435,13 @@ def main(argv=None) -> int:
         print("gpu_check: FAILED setup: no CUDA device (run with --smoke for the CPU code path)",
               file=sys.stderr)
         return 2
-    return Check(args).main()
+    from gspo import distributed as dist
+
+    world = dist.init("cpu" if args.smoke else "cuda")    # torchrun: GSPO_COLLECTIVES=1 too
+    try:
+        return Check(args, world).main()
+    finally:
+        dist.close(world)
 
 
 if __name__ == "__main__":

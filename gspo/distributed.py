@@ -5,6 +5,11 @@ and LOCAL_RANK (its documented interface); `init` joins them into a process grou
 CUDA, gloo on CPU, which is how the tests run 2 ranks on a CPU). A plain `python -m ...` is a
 world of one: no process group, every collective below a no-op, nothing sharded.
 
+GSPO_COLLECTIVES=1 under torchrun makes even a world of one `distributed`: the process group is
+initialised, the model sharded by FSDP2 and every collective below runs (on its backend's
+device), so one GPU exercises the multi-GPU path (NCCL refuses two ranks on one GPU;
+benchmarks/device_check.sh). It changes no number: a collective over one rank is the identity.
+
 `shard` applies FSDP2 (`fully_shard`) to every decoder layer, then the root. FSDP averages
 gradients over the ranks; the trainer divides each rank's loss by the global normaliser
 (sequences or tokens of the whole minibatch, all-reduced) and multiplies it by the world size
@@ -20,6 +25,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import shutil
 import types
 
 import torch
@@ -32,6 +38,7 @@ class World:
     size: int = 1
     local_rank: int = 0
     device: str = "cpu"     # where the backend's collectives take tensors: cuda:<local rank> (nccl)
+    collectives: bool = False   # a process group even for a world of one (GSPO_COLLECTIVES=1)
 
     @property
     def main(self) -> bool:
@@ -39,7 +46,8 @@ class World:
 
     @property
     def distributed(self) -> bool:
-        return self.size > 1
+        """A process group, sharding and real collectives: several ranks, or `collectives`."""
+        return self.size > 1 or self.collectives
 
 
 def init(device: str = "cpu") -> World:
@@ -49,8 +57,9 @@ def init(device: str = "cpu") -> World:
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = device.startswith("cuda")
-    world = World(rank, size, local_rank, f"cuda:{local_rank}" if cuda else "cpu")
-    if world.size > 1 and not dist.is_initialized():
+    forced = os.environ.get("GSPO_COLLECTIVES", "0") not in ("", "0")
+    world = World(rank, size, local_rank, f"cuda:{local_rank}" if cuda else "cpu", forced)
+    if world.distributed and not dist.is_initialized():
         if cuda:
             torch.cuda.set_device(world.local_rank)
         dist.init_process_group("nccl" if cuda else "gloo",
@@ -123,6 +132,35 @@ def gather_objects(items: list, world: World) -> list:
     parts: list = [None] * world.size
     dist.all_gather_object(parts, items)
     return [x for part in parts for x in part]
+
+
+def node_shared_folder(world: World, write, read) -> None:
+    """`write()` (a new temp folder) on each node's local rank 0 alone, then `read(folder)` on
+    every rank of the node, then the folder removed; every rank of `world` must call it (the
+    vLLM weight sync: one file per node, gspo.rollout.vllm_engine). A
+    failure anywhere raises on every rank (none is left waiting in a collective). The node's
+    writer is its first rank: torchrun numbers a node's ranks contiguously from
+    node_rank x nproc_per_node."""
+    folder, err = None, None
+    if world.local_rank == 0:
+        try:
+            folder = write()
+        except Exception as e:          # noqa: BLE001 - reported on every rank below
+            err = f"{type(e).__name__}: {e}"
+    told = gather_objects([(None if folder is None else str(folder), err)], world)
+    path, err = told[world.rank - world.local_rank]
+    if err is not None:
+        err = f"rank {world.rank - world.local_rank} (the node's writer): {err}"
+    else:
+        try:
+            read(path)
+        except Exception as e:          # noqa: BLE001
+            err = f"rank {world.rank}: {type(e).__name__}: {e}"
+    errors = [e for e in gather_objects([err], world) if e]    # every rank has read it
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+    if errors:
+        raise RuntimeError(f"weight sync failed: {errors[0]}".splitlines()[0])
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
@@ -228,10 +266,12 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
 
 
 def full_state_dict(model, world: World, *, rank0_only: bool = False,
-                    dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+                    dtype: torch.dtype | None = None, keep: bool = True) -> dict[str, torch.Tensor]:
     """The whole model's parameters and buffers as plain tensors, on every rank (to sync a
     rollout engine), or with rank0_only on rank 0 alone (to publish the model or score it; the
-    other ranks get an empty dict). Every rank must call it when sharded.
+    other ranks get an empty dict). Every rank must call it when sharded; a rank that passes
+    keep=False takes part in the gathers and keeps nothing (an empty dict: the vLLM sync's
+    ranks other than a node's writer, gspo.rollout.vllm_engine).
 
     Sharded, the tensors are gathered one at a time and moved to host memory (floating ones
     cast to `dtype` when given) before the next: the device holds at most one whole tensor
@@ -252,7 +292,8 @@ def full_state_dict(model, world: World, *, rank0_only: bool = False,
     for name, t in model.state_dict().items():
         full = t.full_tensor() if isinstance(t, DTensor) else t        # collective, one tensor
         cast = dtype if dtype is not None and full.is_floating_point() else full.dtype
-        out[name] = full.detach().to(device="cpu", dtype=cast)
+        if keep:
+            out[name] = full.detach().to(device="cpu", dtype=cast)
         del full
     return out
 

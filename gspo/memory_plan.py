@@ -22,6 +22,13 @@ Each rank holds (bytes; P parameters, N ranks, FSDP2 full sharding, bf16 compute
   issue 23) the whole model in fp32 and a bf16 copy on every rank;
 - CUDA context, NCCL buffers and allocator slack: RESERVE_GIB.
 
+Each node's host memory (`host_plan`; G = gpus_per_node ranks): loading, rank 0 alone reads the
+fp32 model (4P; `load="every"`: every rank, as TRL did before issue 43: 4PG); the weight sync's
+gathered copy in the engine's dtype and the safetensors file in /dev/shm (a tmpfs: host memory,
+half of it by default), 2P each, once per node (`sync_writers="node"`) or on every rank ("rank",
+before issue 43: 8 x 2P of files at once, where each rank had checked the free space alone);
+a checkpoint, rank 0's gathered fp32 model (4P); HOST_RESERVE_GIB per rank for its process.
+
 Estimates, not measurements: activations follow the shapes of a Qwen3 decoder layer with SDPA
 attention (no T x T scores kept), and the allocator's fragmentation is folded into the reserve.
 No GPU has checked them yet (docs/EXPERIMENTS.md)."""
@@ -32,6 +39,7 @@ import dataclasses
 
 GIB = 1024 ** 3
 RESERVE_GIB = 3.0        # CUDA context (~0.5), NCCL buffers (~1), allocator slack
+HOST_RESERVE_GIB = 6.0   # a rank's process in host memory: Python, torch, CUDA and NCCL libraries
 MARGIN = 0.10            # a plan fits when every phase leaves this share of the GPU free
 
 # config.json fields of the public checkpoints (no download needed to plan)
@@ -117,6 +125,35 @@ class Settings:
     seq_len: int = 9216                   # prompt + max_new_tokens, the longest rollout
     sequences_per_rank: int = 256         # prompts_per_step x group_size / gpus
     sync: str = "streamed"                # "streamed" (today) or "full" (before issue 23)
+    gpus_per_node: int = 8
+    host_gib: float = 1000.0              # a node's host memory (an 8-GPU node has 1-2 TiB)
+    shm_gib: float = 0.0                  # /dev/shm's size (0: half of host_gib, tmpfs's default)
+    sync_writers: str = "node"            # "node" (today) or "rank" (before issue 43)
+    load: str = "rank0"                   # "rank0" (today, both engines) or "every" (TRL before 43)
+
+
+def host_plan(shape: Shape, s: Settings) -> dict:
+    """A node's host memory (module doc): {"items": {name: GiB}, "phases": {phase: GiB},
+    "shm_gib", "fits": every phase within the host memory and the sync's files in /dev/shm}."""
+    P, G = shape.params(), min(s.gpus_per_node, s.gpus)
+    g = lambda b: b / GIB                                          # noqa: E731
+    copies = 1 if s.sync_writers == "node" else G
+    items = {
+        "model read at load (fp32)": g(4 * P * (1 if s.load == "rank0" else G)),
+        "sync: gathered weights (engine dtype)": g(2 * P * copies),
+        "sync: files in /dev/shm": g(2 * P * copies),
+        "checkpoint: rank 0's gathered model (fp32)": g(4 * P),
+        "ranks' processes": HOST_RESERVE_GIB * G,
+    }
+    rest = items["ranks' processes"]
+    phases = {"load": items["model read at load (fp32)"] + rest,
+              "weight sync": items["sync: gathered weights (engine dtype)"]
+              + items["sync: files in /dev/shm"] + rest,
+              "checkpoint": items["checkpoint: rank 0's gathered model (fp32)"] + rest}
+    shm = s.shm_gib or s.host_gib / 2
+    return {"items": items, "phases": phases, "shm_gib": shm,
+            "fits": (all(v <= (1 - MARGIN) * s.host_gib for v in phases.values())
+                     and items["sync: files in /dev/shm"] <= shm)}
 
 
 def plan(shape: Shape, s: Settings) -> dict:
@@ -162,7 +199,8 @@ def plan(shape: Shape, s: Settings) -> dict:
     # the engine's share holds its weights, ~1 GiB of activations and CUDA graphs, then KV
     kv_gib = items["engine awake (its share)"] - items["engine weights (bf16)"] - 1.0
     concurrent = max(0.0, kv_gib * GIB / (shape.kv_bytes_per_token() * s.seq_len))
-    return {"params": P, "items": items, "phases": phases,
-            "fits": all(v <= (1 - MARGIN) * s.gpu_gib for v in phases.values()),
+    host = host_plan(shape, s)
+    return {"params": P, "items": items, "phases": phases, "host": host,
+            "fits": all(v <= (1 - MARGIN) * s.gpu_gib for v in phases.values()) and host["fits"],
             "kv_cache_gib": kv_gib, "concurrent_sequences": concurrent,
             "waves": s.sequences_per_rank / concurrent if concurrent >= 1 else float("inf")}

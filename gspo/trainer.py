@@ -125,8 +125,14 @@ class Trainer:
                            **r.vllm_options())
 
     def _sync_engine(self) -> None:
-        self.engine.update_weights(dist.full_state_dict(
-            self.policy, self.world, dtype=getattr(torch, self.cfg.rollout.dtype)))
+        dtype = getattr(torch, self.cfg.rollout.dtype)
+        if self.cfg.rollout.engine == "vllm" and self.world.distributed:
+            # one writer per node (gspo.rollout.vllm_engine): the others keep no host copy
+            sd = dist.full_state_dict(self.policy, self.world, dtype=dtype,
+                                      keep=self.world.local_rank == 0)
+            self.engine.update_weights(sd, world=self.world)
+        else:
+            self.engine.update_weights(dist.full_state_dict(self.policy, self.world, dtype=dtype))
 
     def lr_at(self, step: int) -> float:
         w = self.cfg.warmup_steps

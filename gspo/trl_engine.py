@@ -1,7 +1,7 @@
 """RL on TRL's GRPOTrainer (`engine: trl`): the same config, reward, prompts, checkpoints and
 metrics as the native trainer (gspo.trainer), with TRL sampling and updating.
 
-FIELDS says what each RLConfig field becomes in TRL's GRPOConfig (docs/ENGINES.md shows it as
+gspo.trl_fields.FIELDS says what each RLConfig field becomes in TRL's GRPOConfig (docs/ENGINES.md shows it as
 a table; tests/test_trl_engine.py holds the two to each other). A value TRL cannot honour as this
 project defines it is a one-line ConfigError naming the field and the engine (`refusals`), never
 a silent change.
@@ -34,7 +34,7 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import step_metrics, trl_fsdp
+from gspo import step_metrics, trl_batch, trl_fsdp
 from gspo.config import ConfigError, RLConfig, RolloutConfig
 from gspo.fields import Refusals, to_dict
 from gspo.data import Mix
@@ -43,76 +43,7 @@ from gspo.flops import FlopCounter
 from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
 from gspo.tracking import MetricsLog
-
-# RLConfig field -> what it becomes in TRL (docs/ENGINES.md's table)
-FIELDS: dict[str, str] = {
-    "algorithm": "`loss_type`, `importance_sampling_level`: grpo, gspo (sequence level), dapo, "
-                 "dr_grpo, cispo, sapo; gspo_token and gmpo refused",
-    "engine": "this engine",
-    "model": "the model TRL trains",
-    "out_dir": "`output_dir` = out_dir/trl; checkpoints/, metrics.jsonl, model/ by the harness",
-    "train_data": "each step's prompts as the native trainer draws them, in order "
-                  "(`shuffle_dataset=False`)",
-    "steps": "`max_steps` = steps x minibatches x epochs",
-    "prompts_per_step": "the generation batch: prompts_per_step x group_size = "
-                        "`per_device_train_batch_size` x `steps_per_generation`",
-    "group_size": "`num_generations`",
-    "minibatches": "`steps_per_generation` (x gradient accumulation)",
-    "epochs": "`num_iterations`",
-    "micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps`; refused "
-                        "with agg token-mean",
-    "max_tokens_per_micro_batch": "refused unless 0 (TRL has no token budget)",
-    "logprob_chunk": "refused unless 0",
-    "activation_checkpointing": "`gradient_checkpointing`",
-    "precision": "`bf16` for bfloat16 (TRL: autocast over fp32 weights)",
-    "prompt": "the Codec renders the prompt text TRL receives",
-    "lr": "`learning_rate`, `lr_scheduler_type=constant_with_warmup`, `adam_beta2=0.99`",
-    "warmup_steps": "`warmup_steps` x minibatches x epochs",
-    "weight_decay": "`weight_decay`",
-    "grad_clip": "`max_grad_norm`",
-    "eps_low": "`epsilon` (cispo: refused below 1, TRL's CISPO has no lower bound)",
-    "eps_high": "`epsilon_high` (cispo: 1 + eps_high, TRL's bound is the weight's cap)",
-    "agg": "`loss_type`: seq-mean-token-mean: grpo, token-mean: bnpo (cispo: its own, over the "
-           "rollout batch's mean minibatch), seq-mean-token-sum-norm: dr_grpo (token level)",
-    "adv_scale": "`scale_rewards`: std: group, none: none",
-    "sapo_tau_pos": "`sapo_temperature_pos`",
-    "sapo_tau_neg": "`sapo_temperature_neg`",
-    "mask_truncated": "`mask_truncated_completions`",
-    "overlong_buffer": "refused unless 0 (dapo: set 0)",
-    "dynamic_sampling": "refused unless false (dapo: set false)",
-    "dynamic_sampling_max_rounds": "refused unless at its default",
-    "rollout_correction": "refused unless none (TRL corrects vLLM rollouts only)",
-    "rollout_correction_min": "refused unless at its default",
-    "rollout_correction_max": "refused unless at its default",
-    "log_ratio_clamp": "refused unless at its default; TRL does not clamp (equal while every "
-                       "|log ratio| is below it)",
-    "kl_coef": "`beta` (k3 estimate, `use_bias_correction_kl=False`)",
-    "temperature": "`temperature`",
-    "top_p": "`top_p` (`top_k=0`)",
-    "max_new_tokens": "`max_completion_length`",
-    "rollout": "engine torch: transformers' generate on the training model, other settings "
-               "refused unless at their defaults (device: the training device); engine vllm: "
-               "this project's vLLM engine, colocated, through TRL's `rollout_func` "
-               "(gspo.trl_rollout), every setting as under the native trainer",
-    "old_logprobs": "recompute (TRL recomputes whenever an update is off-policy); rollout refused",
-    "routing_replay": "refused unless false (TRL has no Routing Replay)",
-    "routing_replay_source": "refused unless trainer",
-    "router_aux_loss_coef": "refused unless 0",
-    "moe_metrics": "refused on MoE models unless false; no effect on dense ones",
-    "reward_workers": "the reward function's sandboxes",
-    "peak_flops": "mfu_rollout (generation and TRL's old-log-prob pass) and mfu_update, from the "
-                  "harness's clock and compute count",
-    "ckpt_every": "`save_steps` = ckpt_every x minibatches x epochs",
-    "keep_last": "checkpoints/ (TRL keeps its newest exported checkpoint)",
-    "keep_steps": "checkpoints/",
-    "resume": "`resume_from_checkpoint`: the TRL checkpoint the latest checkpoints/step_S names",
-    "max_consecutive_nonfinite": "stops after this many steps in a row with a non-finite loss or "
-                                 "gradient norm (TRL applies such updates; it does not skip them)",
-    "seed": "`seed`",
-    "device": "`use_cpu` for cpu, else accelerate's device",
-    "threads": "torch.set_num_threads",
-    "verl": "engine: verl's settings (RLConfig refuses them with any other engine)",
-}
+from gspo.trl_fields import FIELDS  # noqa: F401  (RLConfig field -> TRL; docs/ENGINES.md)
 
 # TRL's logged name -> this project's (the report's curves, fit and claims read these)
 METRICS = {"reward": "reward_mean", "reward_std": "reward_std",
@@ -141,9 +72,10 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         need(cfg.agg in ("seq-mean-token-mean", "token-mean") if cfg.algorithm == "gspo"
              else cfg.agg == "seq-mean-token-mean", "agg",
              f"{cfg.agg!r}: TRL has no such aggregation for {cfg.algorithm}")
-    need(not (cfg.micro_batch_size and cfg.agg == "token-mean"), "micro_batch_size",
-         "with agg token-mean TRL averages micro-batch token means, not the minibatch's: set 0")
-    for field in ("max_tokens_per_micro_batch", "logprob_chunk", "overlong_buffer",
+    for field in ("micro_batch_size", "max_tokens_per_micro_batch"):
+        need(not (getattr(cfg, field) and cfg.agg == "token-mean"), field, "with agg token-mean "
+             "TRL averages micro-batch token means, not the minibatch's: set 0")
+    for field in ("logprob_chunk", "overlong_buffer",
                   "dynamic_sampling", "dynamic_sampling_max_rounds", "rollout_correction",
                   "rollout_correction_min", "rollout_correction_max", "routing_replay",
                   "routing_replay_source", "router_aux_loss_coef"):
@@ -163,8 +95,8 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
 def check(cfg: RLConfig, world: dist.World = dist.World()) -> None:
     """Raise a one-line ConfigError for the first field TRL cannot honour (on `world`'s
     ranks: FSDP2, each rank a share of every minibatch)."""
+    share = cfg.prompts_per_step * cfg.group_size // cfg.minibatches
     if world.distributed:
-        share = cfg.prompts_per_step * cfg.group_size // cfg.minibatches
         if share % world.size:
             raise ConfigError(f"minibatches: a minibatch of {share} sequences does not split "
                               f"over {world.size} ranks ({ENGINE})")
@@ -173,14 +105,17 @@ def check(cfg: RLConfig, world: dist.World = dist.World()) -> None:
                               f"{ENGINE}: TRL's bnpo averages the ranks' token means")
     for field, why in refusals(cfg):
         raise ConfigError(f"{field}: not supported with {ENGINE}: {why}")
+    trl_batch.check_whole_share(cfg, share // world.size, "minibatch")
 
 
-def grpo_args(cfg: RLConfig, world_size: int = 1) -> dict:
+def grpo_args(cfg: RLConfig, world_size: int = 1, prompt_len: int = 0) -> dict:
     """GRPOConfig's keyword arguments for `cfg` on `world_size` ranks (FIELDS; `check`
-    first): each rank takes 1/world_size of every minibatch."""
+    first): each rank takes 1/world_size of every minibatch, in micro-batches of sequences
+    up to `prompt_len` + max_new_tokens long (gspo.trl_batch)."""
     updates = cfg.minibatches * cfg.epochs                 # optimizer steps per rollout step
     mb = cfg.prompts_per_step * cfg.group_size // cfg.minibatches // world_size
-    micro = cfg.micro_batch_size or mb
+    micro = trl_batch.micro_batch(cfg.micro_batch_size, cfg.max_tokens_per_micro_batch, mb,
+                                  prompt_len + cfg.max_new_tokens)
     if mb % micro:
         raise ConfigError(f"micro_batch_size: {micro} does not divide the minibatch of {mb} "
                           f"sequences ({ENGINE})")
@@ -362,17 +297,17 @@ def _trainer(run: _Run, reward_fn, out: pathlib.Path):
     from datasets import Dataset
 
     from gspo import tokens
-    from gspo.models import load_model
 
     trl, cfg = _trl(), run.cfg
-    model, tok = load_model(cfg.model)
+    model, tok = trl_fsdp.load(cfg.model, run.world)    # rank 0 alone reads the weights
     if cfg.moe_metrics and model.config.to_dict().get("num_experts"):
         raise ConfigError(f"moe_metrics: not supported with {ENGINE} (its pass is the native "
                           "trainer's); set false")
     codec = tokens.codec(tok, cfg.model, cfg.prompt)
     model.generation_config.eos_token_id = codec.stop_ids      # the native trainer's stop ids
     rows, prompt_len = prompt_rows(cfg, codec, Mix(cfg.train_data))
-    args = trl.GRPOConfig(output_dir=str(out / "trl"), **grpo_args(cfg, run.world.size))
+    args = trl.GRPOConfig(output_dir=str(out / "trl"),
+                          **grpo_args(cfg, run.world.size, max(prompt_len.values())))
     # TRL recomputes old log-probs only when an update can be off-policy
     old_pass = int(args.gradient_accumulation_steps % (args.steps_per_generation * cfg.epochs)
                    != 0)
@@ -385,7 +320,7 @@ def _trainer(run: _Run, reward_fn, out: pathlib.Path):
     with warnings.catch_warnings():     # rollout_func is marked experimental in TRL
         warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)
         trainer, run.sharding = trl_fsdp.make_trainer(
-            trl.GRPOTrainer, run.world.size, model=model, processing_class=tok,
+            trl.GRPOTrainer, run.world, model=model, processing_class=tok,
             reward_funcs=[reward], args=args, train_dataset=Dataset.from_list(rows),
             callbacks=[_bridge(run, out / "checkpoints")], rollout_func=run.rollout)
     return trainer

@@ -15,7 +15,13 @@
 - `sharding` names what a trainer actually does (recorded in summary.json), and
   `check_sharded` stops a run on several ranks that is not FSDP2 rather than train it otherwise.
 - `make_trainer` is how the RL and SFT stages build their TRL trainer: the gate lifted on
-  several ranks, saves through `untied_saves`, the sharding checked.
+  several ranks, saves through `untied_saves`, the sharding checked, rank 0's buffers sent.
+- `load`: as under the native trainer (gspo.distributed.load_sharded), only rank 0 reads the
+  weight files into host memory. The other ranks hold an unread `torch.empty` model (its host
+  pages never touched) that accelerate's FSDP2 preparation moves to the meta device, shards and
+  fills from rank 0 (`cpu_ram_efficient_loading`); the non-persistent buffers (rotary
+  frequencies), in no state dict, follow from rank 0 when training begins. Every rank reading
+  the fp32 model took 8 x 4 bytes a parameter of host memory per node (issue 43 #3).
 """
 
 from __future__ import annotations
@@ -33,17 +39,47 @@ def fsdp_args(world_size: int) -> dict:
     return dict(fsdp=True,
                 fsdp_config={"version": 2, "reshard_after_forward": True,
                              "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                             "state_dict_type": "FULL_STATE_DICT"})
+                             "state_dict_type": "FULL_STATE_DICT",
+                             "cpu_ram_efficient_loading": True})
 
 
-def make_trainer(base, world_size: int, **kwargs):
-    """(`base`, a TRL trainer class, built from kwargs for `world_size` ranks; its sharding):
-    on several ranks accelerate's CPU gate is lifted first (GPU states never meet it) and the
-    trainer must come out FSDP2."""
-    if world_size > 1:
+def load(path, world):
+    """(model, tokenizer) of the model directory `path` for TRL on `world`'s ranks (module
+    doc): read whole in a world of one and on rank 0, unread elsewhere when sharded."""
+    from gspo.models import load_model
+
+    if world.size <= 1 or world.main:
+        return load_model(path)
+    model, tok = load_model(path, weights=False)       # on the meta device: nothing read
+    model.to_empty(device="cpu")      # torch.empty: accelerate moves it to meta before filling
+    model.tie_weights()               # to_empty made the tied head a parameter of its own
+    return model, tok
+
+
+def make_trainer(base, world, **kwargs):
+    """(`base`, a TRL trainer class, built from kwargs for `world`'s ranks; its sharding):
+    on several ranks accelerate's CPU gate is lifted first (GPU states never meet it), the
+    trainer must come out FSDP2 and rank 0's buffers reach the others (`load`)."""
+    if world.size > 1:
         shard_cpu_worlds_too()
+        kwargs["callbacks"] = [*kwargs.get("callbacks", []), _rank0_buffers(world)]
     trainer = untied_saves(base)(**kwargs)
-    return trainer, check_sharded(trainer.accelerator, world_size)
+    return trainer, check_sharded(trainer.accelerator, world.size)
+
+
+def _rank0_buffers(world):
+    """A TrainerCallback that overwrites every rank's buffers with rank 0's once the model is
+    prepared (sharded, filled): the non-persistent ones are in no state dict."""
+    from transformers import TrainerCallback
+
+    from gspo import distributed as dist
+
+    class Rank0Buffers(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            for buf in model.buffers():
+                dist.broadcast(buf, world)
+
+    return Rank0Buffers()
 
 
 def untied_saves(base):

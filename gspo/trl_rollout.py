@@ -52,8 +52,10 @@ class Rollout:
         now = trainer.state.global_step
         if now != self.synced:
             policy = trainer.accelerator.unwrap_model(trainer.model)
+            writer = self.world.local_rank == 0     # one writer per node (vllm_engine)
             self.engine.update_weights(dist.full_state_dict(   # FSDP2: gathered one at a time
-                policy, self.world, dtype=getattr(torch, cfg.rollout.dtype)))
+                policy, self.world, dtype=getattr(torch, cfg.rollout.dtype), keep=writer),
+                world=self.world)
             self.synced = now
         step = now // (cfg.minibatches * cfg.epochs)
         ids = [self.tok(p, add_special_tokens=False).input_ids for p in uniq]

@@ -28,13 +28,13 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import tokens, trl_fsdp
+from gspo import tokens, trl_batch, trl_fsdp
 from gspo.config import ConfigError, SFTConfig
 from gspo.fields import to_dict
 from gspo.data import Mix
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
-from gspo.models import PRESETS, enable_activation_checkpointing, load_model
+from gspo.models import PRESETS, enable_activation_checkpointing
 from gspo.tracking import MetricsLog
 
 ENGINE = "engine: trl"
@@ -60,7 +60,9 @@ FIELDS: dict[str, str] = {
     "grad_clip": "`max_grad_norm`",
     "max_len": "the records cut at max_len as the native stage cuts them (`max_length=None`)",
     "micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps`",
-    "max_tokens_per_micro_batch": "refused unless 0 (TRL has no token budget)",
+    "max_tokens_per_micro_batch": "`per_device_train_batch_size`: the most of the longest "
+                                  "records within it (gspo.trl_batch); 0 with micro_batch_size "
+                                  "0 refused on CUDA",
     "logprob_chunk": "refused unless 0",
     "activation_checkpointing": "`gradient_checkpointing`",
     "precision": "`bf16` for bfloat16 (autocast over fp32 weights); bf16 model files as the native stage",
@@ -79,7 +81,7 @@ METRICS = {"loss": "loss", "grad_norm": "grad_norm"}
 def refusals(cfg: SFTConfig) -> list[tuple[str, str]]:
     """(field, why) for each value of `cfg` TRL cannot honour as this project defines it."""
     return [(f, f"{getattr(cfg, f)!r}: TRL has no such setting; set 0")
-            for f in ("max_tokens_per_micro_batch", "logprob_chunk") if getattr(cfg, f)]
+            for f in ("logprob_chunk",) if getattr(cfg, f)]
 
 
 def check(cfg: SFTConfig, world: dist.World = dist.World()) -> None:
@@ -93,12 +95,15 @@ def check(cfg: SFTConfig, world: dist.World = dist.World()) -> None:
     if cfg.micro_batch_size and share % cfg.micro_batch_size:
         raise ConfigError(f"micro_batch_size: {cfg.micro_batch_size} does not divide a rank's "
                           f"{share} sequences a step ({ENGINE})")
+    trl_batch.check_whole_share(cfg, share, "step")
 
 
-def sft_args(cfg: SFTConfig, world_size: int = 1) -> dict:
-    """SFTConfig's (TRL's) keyword arguments for `cfg` on `world_size` ranks (FIELDS)."""
+def sft_args(cfg: SFTConfig, world_size: int = 1, seq_len: int = 0) -> dict:
+    """SFTConfig's (TRL's) keyword arguments for `cfg` on `world_size` ranks (FIELDS), the
+    longest record `seq_len` tokens (default: max_len)."""
     share = cfg.batch_size // world_size
-    micro = cfg.micro_batch_size or share
+    micro = trl_batch.micro_batch(cfg.micro_batch_size, cfg.max_tokens_per_micro_batch, share,
+                                  seq_len or cfg.max_len)
     return dict(
         max_steps=cfg.steps, per_device_train_batch_size=micro,
         gradient_accumulation_steps=share // micro, max_grad_norm=cfg.grad_clip,
@@ -215,7 +220,7 @@ def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.P
     path = initial_model(cfg.model, cfg.init_seed, out, build=world.main, corpus=[
         r["prompt"] + r["solution"] for _, _, recs in mix.files for r in recs])
     dist.barrier(world)
-    model, tok = load_model(path)
+    model, tok = trl_fsdp.load(path, world)      # rank 0 alone reads the weights
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(model)
     codec = tokens.codec(tok, out / "init" if cfg.model in PRESETS else cfg.model, cfg.prompt)
@@ -229,10 +234,11 @@ def train(cfg: SFTConfig, scorer, world: dist.World = dist.World()) -> pathlib.P
     log = MetricsLog(out / "metrics.jsonl") if world.main else None
     bridge, counters, last = _callback(cfg, data, FlopCounter(model), greedy, log)
     t0 = time.time()
+    longest = max(len(r["input_ids"]) for r in data)
     trainer, sharding = trl_fsdp.make_trainer(
-        _trainer_class(trl.SFTTrainer, cfg), world.size, model=model, processing_class=tok,
+        _trainer_class(trl.SFTTrainer, cfg), world, model=model, processing_class=tok,
         train_dataset=Dataset.from_list(data), callbacks=[bridge],
-        args=trl.SFTConfig(output_dir=str(out / "trl"), **sft_args(cfg, world.size)))
+        args=trl.SFTConfig(output_dir=str(out / "trl"), **sft_args(cfg, world.size, longest)))
     trainer.train()
     weights = dist.full_state_dict(model, world, rank0_only=True) if world.distributed else None
     if world.main:

@@ -33,8 +33,8 @@ def model_config(name: str) -> dict:
     return json.loads(p.read_text())
 
 
-def settings_of(cfg: dict, *, gpus: int, gpu_gib: float, prompt_tokens: int, sync: str
-                ) -> Settings:
+def settings_of(cfg: dict, *, gpus: int, gpu_gib: float, prompt_tokens: int, sync: str,
+                **host) -> Settings:
     """The plan's Settings from a workflow config's rl section (RLConfig's defaults where unset:
     no token budget means one micro-batch of a whole minibatch, planned as its tokens)."""
     rl = cfg.get("rl") or {}
@@ -48,7 +48,7 @@ def settings_of(cfg: dict, *, gpus: int, gpu_gib: float, prompt_tokens: int, syn
                     activation_checkpointing=bool(rl.get("activation_checkpointing", False)),
                     engine_share=float(r.get("gpu_memory_utilization", 0)) or 0.3,
                     sleep=bool(r.get("sleep", False)), seq_len=seq,
-                    sequences_per_rank=per_rank, sync=sync)
+                    sequences_per_rank=per_rank, sync=sync, **host)
 
 
 def table(p: dict, s: Settings) -> str:
@@ -59,6 +59,12 @@ def table(p: dict, s: Settings) -> str:
     lines += ["", f"| phase | GiB per GPU (fits: <= {(1 - MARGIN) * s.gpu_gib:.1f}) |",
               "| --- | --- |"]
     lines += [f"| {k} | {v:.1f} |" for k, v in p["phases"].items()]
+    h = p["host"]
+    lines += ["", f"| host memory, one node of {min(s.gpus_per_node, s.gpus)} ranks | GiB "
+              f"(fits: <= {(1 - MARGIN) * s.host_gib:.0f}; /dev/shm {h['shm_gib']:.0f}) |",
+              "| --- | --- |"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in h["items"].items()]
+    lines += [f"| host, {k} | {v:.1f} |" for k, v in h["phases"].items()]
     lines += ["", f"KV cache {p['kv_cache_gib']:.1f} GiB: {p['concurrent_sequences']:.1f} "
               f"sequences of {s.seq_len} tokens at once, {p['waves']:.1f} waves for a rank's "
               f"{s.sequences_per_rank}; fits: {p['fits']}"]
@@ -76,6 +82,12 @@ def main(argv=None) -> int:
     ap.add_argument("--sync", choices=("streamed", "full"), default="streamed",
                     help="the weight sync: one tensor at a time (the code), or the whole state "
                          "dict on the device (before issue 23)")
+    ap.add_argument("--host-gib", type=float, default=1000.0, help="a node's host memory")
+    ap.add_argument("--shm-gib", type=float, default=0.0,
+                    help="/dev/shm's size (default: half the host memory, tmpfs's default)")
+    ap.add_argument("--sync-writers", choices=("node", "rank"), default="node",
+                    help="who writes the vLLM sync's file: one rank per node (the code), or "
+                         "every rank (before issue 43)")
     args = ap.parse_args(argv)
     path = pathlib.Path(args.config)
     if not path.is_file():
@@ -85,7 +97,8 @@ def main(argv=None) -> int:
     if not name:
         raise ConfigError(f"{path}: no sft.model; pass --model")
     s = settings_of(cfg, gpus=args.gpus, gpu_gib=args.gpu_gib,
-                    prompt_tokens=args.prompt_tokens, sync=args.sync)
+                    prompt_tokens=args.prompt_tokens, sync=args.sync, host_gib=args.host_gib,
+                    shm_gib=args.shm_gib, sync_writers=args.sync_writers)
     p = plan(Shape.of(model_config(name)), s)
     print(table(p, s))
     return 0 if p["fits"] else 1

@@ -50,6 +50,45 @@ def spy_on_weight_reads() -> list[str]:
     return opened
 
 
+def one_writer_per_node(policy, world, out) -> list[dict]:
+    """The vLLM sync's file, once per node (gspo.distributed.node_shared_folder): the gather
+    kept by the node's writer alone, the file it writes read by every rank, then removed; a
+    writer that fails raises on every rank. What each rank saw, gathered."""
+    import pathlib
+    import tempfile
+
+    from safetensors.torch import load_file, save_file
+
+    kept = dist.full_state_dict(policy, world, dtype=torch.bfloat16, keep=world.local_rank == 0)
+    root = pathlib.Path(out) / "shm"
+    root.mkdir(exist_ok=True)
+    seen = {}
+
+    def write():
+        d = pathlib.Path(tempfile.mkdtemp(dir=root))
+        save_file(kept, str(d / "model.safetensors"))
+        return d
+
+    def read(path):
+        seen.update(path=path, folders=len(list(root.iterdir())),
+                    tensors=len(load_file(f"{path}/model.safetensors")))
+
+    dist.node_shared_folder(world, write, read)
+    dist.barrier(world)
+    after = len(list(root.iterdir()))
+
+    def full_disk():
+        raise OSError("[Errno 28] No space left on device")
+
+    try:
+        dist.node_shared_folder(world, full_disk, read)
+        failed = None
+    except RuntimeError as e:
+        failed = str(e)
+    return dist.gather_objects([{"kept": len(kept), "seen": seen, "after": after,
+                                 "failed": failed}], world)
+
+
 def main(model_dir, data, out):
     world = dist.init("cpu")
     torch.manual_seed(0)
@@ -75,8 +114,10 @@ def main(model_dir, data, out):
             if world.distributed and (algorithm, agg) == ("grpo", AGGS[0]):
                 # the engine sync's gather: one tensor at a time, to host memory, cast
                 half = dist.full_state_dict(tr.policy, world, dtype=torch.bfloat16)
+                shared = one_writer_per_node(tr.policy, world, out)
                 if world.main:
-                    torch.save({"half": half, "params": params}, f"{out}/sync.pt")
+                    torch.save({"half": half, "params": params, "shared": shared},
+                               f"{out}/sync.pt")
     # the KL penalty's reference model, sharded as the policy is
     cfg = RLConfig(algorithm="gspo", model=model_dir, out_dir=f"{out}/run-kl-rank{world.rank}",
                    train_data=[DataSource(data)], prompts_per_step=2, group_size=4,

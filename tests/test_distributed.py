@@ -82,6 +82,22 @@ def test_the_sync_gathers_every_tensor_to_host_memory_in_the_engines_dtype(one_u
         assert torch.equal(h, sync["params"][name].to(torch.bfloat16)), name
 
 
+def test_the_vllm_sync_file_is_written_once_per_node_and_read_by_every_rank(one_update_each):
+    """Issue 43 #1: the node's local rank 0 alone keeps the gathered weights and writes the
+    file; both ranks read that one file (no second copy exists while they read); it is gone
+    afterwards; a writer that fails (a full /dev/shm) stops every rank in one line."""
+    sync = one_update_each[2][("sync",)]
+    r0, r1 = sync["shared"]
+    assert r0["kept"] == len(sync["params"]) and r1["kept"] == 0
+    assert r0["seen"]["path"] == r1["seen"]["path"]
+    assert r0["seen"]["folders"] == r1["seen"]["folders"] == 1
+    assert r0["seen"]["tensors"] == r1["seen"]["tensors"] == len(sync["params"])
+    assert r0["after"] == r1["after"] == 0
+    want = "weight sync failed: rank 0 (the node's writer): OSError: [Errno 28] No space left"
+    assert r0["failed"].startswith(want) and r1["failed"] == r0["failed"]
+    assert "\n" not in r0["failed"]
+
+
 def test_only_rank_0_reads_the_weight_files_and_the_others_get_the_same_model(one_update_each):
     one, two = one_update_each[1][("load",)], one_update_each[2][("load",)]
     assert two["reads"][0] and all(p.endswith(".safetensors") for p in two["reads"][0])

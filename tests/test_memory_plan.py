@@ -67,6 +67,7 @@ def test_the_shipped_real_scale_settings_fit_on_8_h100s(model):
     r = _cli("--config", "config/real-scale.yaml", "--model", model)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "fits: True" in r.stdout and "| weight sync |" in r.stdout
+    assert "| host, weight sync |" in r.stdout
 
 
 def test_the_settings_before_issue_23_did_not_fit_8b(tmp_path):
@@ -80,6 +81,23 @@ def test_the_settings_before_issue_23_did_not_fit_8b(tmp_path):
     assert r.returncode == 1 and "fits: False" in r.stdout
     # ~6 concurrent 9K-token rollouts in a 30% share, the whole model in fp32 + bf16 to sync
     assert "6.0 sequences" in r.stdout and "| sync buffer | 45.8 |" in r.stdout
+
+
+def test_the_host_memory_of_a_node_counts_one_sync_file_and_one_model_read():
+    """Issue 43 #1 and #3: the vLLM sync's file written once per node, not by each of its 8
+    ranks (8 x 2 bytes a parameter: ~131 GB at 8B), and the fp32 model read by rank 0 alone."""
+    shape = Shape.of(PRESETS["Qwen3-8B"])
+    P = shape.params()
+    now = plan(shape, Settings())["host"]
+    assert now["items"]["sync: files in /dev/shm"] == pytest.approx(2 * P / GIB)
+    assert now["items"]["model read at load (fp32)"] == pytest.approx(4 * P / GIB)
+    assert now["fits"]
+    before = plan(shape, Settings(sync_writers="rank", load="every", shm_gib=64.0))
+    assert before["host"]["items"]["sync: files in /dev/shm"] * GIB / 1e9 == pytest.approx(
+        8 * 2 * P / 1e9) == pytest.approx(131, abs=1)
+    assert before["host"]["items"]["model read at load (fp32)"] == pytest.approx(32 * P / GIB)
+    assert not before["host"]["fits"] and not before["fits"]    # 122 GiB of files, 64 of shm
+    assert plan(shape, Settings(shm_gib=64.0))["fits"]           # one file: 15 GiB
 
 
 def test_a_bad_model_or_config_is_one_line(tmp_path):

@@ -32,7 +32,7 @@ REFUSED = {
             dict(algorithm="cispo", agg="seq-mean-token-mean")],
     "eps_low": [dict(algorithm="cispo", eps_low=0.2)],
     "micro_batch_size": [dict(agg="token-mean", micro_batch_size=8)],
-    "max_tokens_per_micro_batch": [dict(max_tokens_per_micro_batch=512)],
+    "max_tokens_per_micro_batch": [dict(agg="token-mean", max_tokens_per_micro_batch=512)],
     "logprob_chunk": [dict(logprob_chunk=16)],
     "overlong_buffer": [dict(algorithm="dapo", dynamic_sampling=False)],
     "dynamic_sampling": [dict(dynamic_sampling=True)],
@@ -335,9 +335,9 @@ def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses
     path.write_text(yaml.safe_dump({**rl, "engine": "trl", "train_data": [{"path": "x.jsonl"}]}))
     cfg = load(RLConfig, path)
     refused = [f for f, _ in trl_engine.refusals(cfg)]
-    # what the config's comment says engine: trl refuses there
-    assert refused == ["max_tokens_per_micro_batch", "logprob_chunk"]
-    with pytest.raises(ConfigError, match=r"^max_tokens_per_micro_batch: not supported with "):
+    # what the config's comment says engine: trl refuses there; its token budget it honours
+    assert refused == ["logprob_chunk"]
+    with pytest.raises(ConfigError, match=r"^logprob_chunk: not supported with "):
         trl_engine.check(cfg)
 
 
