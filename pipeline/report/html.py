@@ -139,7 +139,9 @@ def _curve(report) -> list[str]:
         "its shape. Per benchmark, the standard deviation of a curve point (mean over the RL "
         "points) and its parts: run-to-run, problems (which problems, and their samples), and "
         "within the latter the draw (each problem's k-sample mean's own spread, p(1-p)/(k-1) "
-        "per problem), with the draw's share of a point's variance.</p>",
+        "per problem), with the draw's share of a point's variance (an upper bound: the draw "
+        "counted as shared by every run, capped at 1; near 1, the problems' spread at this "
+        "population is their samples' noise, and more samples, not more seeds, narrow it).</p>",
         table(report.draws, ["benchmark", "n_problems", "samples", "points", "sd_point",
                              "sd_runs", "sd_problems", "sd_draw", "draw_share"]),
         "<details><summary>The curve points (also in <a href='curve.csv'>curve.csv</a>)"
