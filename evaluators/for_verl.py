@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pathlib
@@ -27,6 +28,18 @@ from gspo.io import DataError
 SCORE_TIMEOUT_S = 30.0         # one answer's scoring; math-verify's own limits are 5 s a call
 TIMED_TASKS = ("aime",)        # scored by math-verify (sympy): no limit of its own off the main thread
 _pool = None
+
+
+def close() -> None:
+    """Stop compute_score's scoring workers (also at exit: a Ray worker, or a test, leaves none
+    behind)."""
+    global _pool
+    if _pool is not None:
+        _pool.close()
+        _pool = None
+
+
+atexit.register(close)
 
 
 def row(record: dict, index: int, system: str = "") -> dict:

@@ -99,6 +99,18 @@ class TimedPool:
             except queue.Empty:
                 continue
 
+    def close(self) -> None:
+        """Stop the idle workers (a busy one is stopped by its caller's call): what this pool
+        started leaves no process behind."""
+        while True:
+            try:
+                w = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            w.kill()
+            with self._lock:
+                self._started -= 1
+
     def call(self, fn, args: tuple, timeout: float):
         """fn(*args) in a worker (fn importable by name: it is sent by reference); None when it
         ran past `timeout` seconds or its worker died. An exception it raised is re-raised as

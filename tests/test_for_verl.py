@@ -104,6 +104,15 @@ def test_a_record_without_its_task_is_a_one_line_error_and_nothing_is_written(tm
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.fixture(autouse=True)
+def scoring_workers_stopped():
+    """compute_score's scoring workers are this process's children: stopped after each test,
+    so no later test (tests/test_sandbox.py counts the harness's processes) sees them."""
+    yield
+    for_verl.close()
+    assert for_verl._pool is None
+
+
 def test_compute_score_refuses_a_record_of_another_benchmark():
     rec = records()[0]
     with pytest.raises(DataError, match="is not the record's task"):
@@ -144,3 +153,7 @@ def test_an_answer_that_stalls_scoring_times_out_alone_and_scores_zero(monkeypat
     assert got["stall"][0] == 0.0 and 3.0 <= got["stall"][1] < 10.0
     assert got["fine"][0] == 1.0 and got["fine"][1] < got["stall"][1]
     assert for_verl.compute_score("aime", "\\boxed{\\frac{6}{3}}", rec) == 1.0
+    workers = [w.proc for w in list(for_verl._pool._idle.queue)]
+    assert workers and all(p.poll() is None for p in workers)
+    for_verl.close()
+    assert all(p.poll() is not None for p in workers)          # stopped, none left behind
