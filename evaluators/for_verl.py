@@ -30,6 +30,17 @@ TIMED_TASKS = ("aime",)        # scored by math-verify (sympy): no limit of its 
 _pool = None
 
 
+def warm_scoring() -> None:
+    """A scoring worker's imports, before its first answer's time limit starts."""
+    import sympy  # noqa: F401
+
+    import evaluators.tasks  # noqa: F401
+    try:
+        import math_verify  # noqa: F401
+    except ImportError:
+        pass
+
+
 def close() -> None:
     """Stop compute_score's scoring workers (also at exit: a Ray worker, or a test, leaves none
     behind)."""
@@ -95,8 +106,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     from evaluators.timed import TimedPool
 
     if _pool is None:
-        _pool = TimedPool(int(os.environ.get("GSPO_SCORE_WORKERS", "4")),
-                          warm=("evaluators.tasks", "math_verify", "sympy"))
+        _pool = TimedPool(int(os.environ.get("GSPO_SCORE_WORKERS", "4")), warm=warm_scoring)
     limit = float(os.environ.get("GSPO_SCORE_TIMEOUT_S", SCORE_TIMEOUT_S))
     got = _pool.call(reward, (record, solution_str), limit)
     if got is None:

@@ -24,14 +24,13 @@ from multiprocessing.connection import Connection
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _serve(fd: int, warm: tuple[str, ...] = ()) -> None:
-    """A worker: import `warm`, say it is ready, then call what it is sent and send back
-    (True, value) or (False, error text)."""
-    import importlib
-
+def _serve(fd: int) -> None:
+    """A worker: call the warm-up function it is sent first (its imports), say it is ready,
+    then call what it is sent and send back (True, value) or (False, error text)."""
     conn = Connection(fd)
-    for name in warm:
-        importlib.import_module(name)
+    warm = conn.recv()
+    if warm is not None:
+        warm()
     conn.send("ready")
     while True:
         try:
@@ -48,22 +47,23 @@ START_TIMEOUT_S = 120.0      # a worker's interpreter and imports: not part of a
 
 
 class _Worker:
-    def __init__(self, warm: tuple[str, ...]):
+    def __init__(self, warm):
         parent, child = socket.socketpair()
         code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-                f"from evaluators.timed import _serve; _serve({child.fileno()}, {warm!r})")
+                f"from evaluators.timed import _serve; _serve({child.fileno()})")
         self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child.fileno(),),
                                      stdin=subprocess.DEVNULL)
         child.close()
         self.conn = Connection(parent.detach())
         try:
+            self.conn.send(warm)
             ready = self.conn.poll(START_TIMEOUT_S) and self.conn.recv() == "ready"
         except (EOFError, OSError):
             ready = False
         if not ready:
             self.kill()
             raise RuntimeError(f"evaluators.timed: a worker did not start in "
-                               f"{START_TIMEOUT_S:g} s (imports {', '.join(warm) or 'none'})")
+                               f"{START_TIMEOUT_S:g} s (warm-up {getattr(warm, '__name__', warm)})")
 
     def kill(self) -> None:
         self.proc.kill()
@@ -72,11 +72,12 @@ class _Worker:
 
 
 class TimedPool:
-    """Up to `size` worker processes, started as calls need them, each importing `warm` before
-    its first call (so a call's limit is the call's, not the imports')."""
+    """Up to `size` worker processes, started as calls need them, each calling `warm` (an
+    importable function, sent by reference: its imports) before its first call, so a call's
+    limit is the call's, not the imports'."""
 
-    def __init__(self, size: int, warm: tuple[str, ...] = ()):
-        self.size, self.warm = size, tuple(warm)
+    def __init__(self, size: int, warm=None):
+        self.size, self.warm = size, warm
         self._idle, self._lock, self._started = queue.Queue(), threading.Lock(), 0
 
     def _take(self) -> _Worker:
