@@ -30,17 +30,6 @@ TIMED_TASKS = ("aime",)        # scored by math-verify (sympy): no limit of its 
 _pool = None
 
 
-def warm_scoring() -> None:
-    """A scoring worker's imports, before its first answer's time limit starts."""
-    import sympy  # noqa: F401
-
-    import evaluators.tasks  # noqa: F401
-    try:
-        import math_verify  # noqa: F401
-    except ImportError:
-        pass
-
-
 def close() -> None:
     """Stop compute_score's scoring workers (also at exit: a Ray worker, or a test, leaves none
     behind)."""
@@ -103,10 +92,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
                         f"{record.get('task')!r} (record {record.get('id')!r})")
     if data_source not in TIMED_TASKS:
         return reward(record, solution_str)
-    from evaluators.timed import TimedPool
+    from evaluators.timed import TimedPool, warm_math_scoring
 
     if _pool is None:
-        _pool = TimedPool(int(os.environ.get("GSPO_SCORE_WORKERS", "4")), warm=warm_scoring)
+        _pool = TimedPool(int(os.environ.get("GSPO_SCORE_WORKERS", "4")), warm=warm_math_scoring)
     limit = float(os.environ.get("GSPO_SCORE_TIMEOUT_S", SCORE_TIMEOUT_S))
     got = _pool.call(reward, (record, solution_str), limit)
     if got is None:

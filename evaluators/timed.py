@@ -43,6 +43,19 @@ def _serve(fd: int) -> None:
             conn.send((False, f"{type(e).__name__}: {e}"))
 
 
+def warm_math_scoring() -> None:
+    """A math-scoring worker's imports, before its first answer's time limit starts. Here, not
+    in evaluators.for_verl: verl loads that file under a module name of its own, which a
+    worker could not import to find the function."""
+    import sympy  # noqa: F401
+
+    import evaluators.tasks  # noqa: F401
+    try:
+        import math_verify  # noqa: F401
+    except ImportError:
+        pass
+
+
 START_TIMEOUT_S = 120.0      # a worker's interpreter and imports: not part of a call's limit
 
 
