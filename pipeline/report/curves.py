@@ -98,12 +98,11 @@ def _point(es: list[dict], ids: list[str], k: int, *, fixed: bool, iters: int,
             **elo(es, ids, x.mean(axis=0).tolist(), confidence=confidence)}
 
 
-def curve_points(data: dict, *, iters: int, confidence: float) -> list[dict]:
-    """Every curve point of `data` (pipeline.aggregate.collect's), per variant and benchmark,
-    budget order: the SFT model first (budget 0, repeated for each variant so each curve starts
-    there), then each budget every seed of the variant reached; all on the benchmark's
-    population (`nested_evals`)."""
-    evals, pops = nested_evals(data)
+def curve_points(evals: list[dict], pops: dict, *, iters: int, confidence: float) -> list[dict]:
+    """Every curve point of `evals` on their benchmarks' populations `pops` (both as
+    `nested_evals` returns them), per variant and benchmark, budget order: the SFT model first
+    (budget 0, repeated for each variant so each curve starts there), then each budget every
+    seed of the variant reached."""
     rows = []
     for bench, (ids, k) in pops.items():
         mine = [e for e in evals if e["benchmark"] == bench]

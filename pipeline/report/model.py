@@ -123,8 +123,8 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
     clips = {a: stats.mean_clip(runs) for a, runs in groups.items()}
     table = stats.final_scores(data, **ci)
     stab = stats.stability(data, rule)
-    points = curves.curve_points(data, **ci)
-    nested, _ = curves.nested_evals(data)
+    nested, pops = curves.nested_evals(data)
+    points = curves.curve_points(nested, pops, **ci)
     report = Report(
         experiment=experiment, data=data, settings=s, rule=rule,
         benches=[b for b in BENCHMARKS if any(b in r["eval"] for r in data["rl"])],
