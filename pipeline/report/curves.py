@@ -66,8 +66,8 @@ def _draw_variance(es: list[dict], ids: list[str], k: int) -> float | None:
     if k < 2:      # one sample (or unknown: k = 0) has no spread to measure
         return None
     per_run = []
-    for e in es:
-        p = np.array([np.mean(e["samples"][i][:k]) for i in ids])
+    for e in es:            # e["problems"]: the first k samples' mean (nested_evals)
+        p = np.array([e["problems"][i] for i in ids])
         per_run.append(float((p * (1 - p) / (k - 1)).sum()) / len(ids) ** 2)
     return statistics.mean(per_run)
 
