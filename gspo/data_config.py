@@ -19,10 +19,15 @@ class AimeDataConfig:
     test_n: int = option(300, "held-out problems (test split)")
     test_steps: list[int] = option([3], "step counts of held-out problems")
     max_operand: int = option(9, "operands are drawn from 1..max_operand")
+    sft_unboxed: float = option(0.0, "share of SFT worked solutions that stop before their "
+                                "final \\boxed{} line (seeded): cold-start data that leave RL a "
+                                "behaviour to learn")
 
     def __post_init__(self):
         for name in ("sft_n", "rl_n", "test_n", "max_operand"):
             check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+        check(0 <= self.sft_unboxed < 1, "sft_unboxed",
+              f"must lie in [0, 1) (a share of the SFT set), got {self.sft_unboxed}")
         for name in ("sft_steps", "rl_steps", "test_steps"):
             v = getattr(self, name)
             check(len(v) > 0 and all(s >= 0 for s in v), name, "must be a non-empty list of >= 0")

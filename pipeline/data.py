@@ -61,6 +61,9 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
         n, steps = {"sft": (a.sft_n, a.sft_steps), "rl": (a.rl_n, a.rl_steps),
                     "test": (a.test_n, a.test_steps)}[part]
         recs = aime_set(n, steps, split=split, seed=seed, cfg=cfg)
+        if part == "sft" and a.sft_unboxed:
+            pick = random.Random(f"sft-unboxed:{cfg.seed}")
+            recs = [aime.without_box(r) if pick.random() < a.sft_unboxed else r for r in recs]
     else:
         recs = code_set(task, getattr(getattr(cfg, task), f"{part}_n"), split=split, seed=seed,
                         cfg=cfg)

@@ -55,6 +55,38 @@ def test_generation_is_deterministic_in_the_seed():
     assert a == b and a != c
 
 
+def test_an_unboxed_worked_solution_keeps_its_arithmetic_and_scores_nothing():
+    r = aime.generate(1, split="train", seed=0, difficulty="hard")[0]
+    bare = aime.without_box(r)
+    assert bare["solution"] == r["solution"][:r["solution"].rindex("\n")]
+    assert str(r["answer"]) in bare["solution"].splitlines()[-1]     # the last line computes it
+    assert math_answers.score_answer(bare["solution"], r["answer"]) == 0.0
+    assert r["solution"].endswith("}")      # the record itself is left as it was
+    with pytest.raises(ValueError, match="no final"):
+        aime.without_box(bare)
+
+
+def test_the_data_stage_unboxes_a_seeded_share_of_the_sft_set_only():
+    from gspo.data_config import DataGenConfig
+    from gspo.fields import from_dict
+    from pipeline.data import generated
+
+    cfg = from_dict(DataGenConfig, {"tasks": ["aime"], "aime": {
+        "sft_n": 400, "rl_n": 50, "test_n": 20, "sft_unboxed": 0.5}})
+    plain = from_dict(DataGenConfig, {"tasks": ["aime"], "aime": {
+        "sft_n": 400, "rl_n": 50, "test_n": 20}})
+    sft, ref = generated("aime", "sft", cfg), generated("aime", "sft", plain)
+    bare = [r for r in sft if "\\boxed{" not in r["solution"]]
+    assert 150 < len(bare) < 250                          # about half, not all, not none
+    assert [r["id"] for r in sft] == [r["id"] for r in ref]   # the same problems
+    assert all(a == b or a == aime.without_box(b) for a, b in zip(sft, ref))
+    assert generated("aime", "sft", cfg) == sft           # seeded
+    for part in ("rl", "test"):
+        assert generated("aime", part, cfg) == generated("aime", part, plain)
+    with pytest.raises(Exception, match="sft_unboxed"):
+        from_dict(DataGenConfig, {"aime": {"sft_unboxed": 1.0}})
+
+
 # -- extraction and scoring --------------------------------------------------------------------
 
 @pytest.mark.parametrize("completion,answer,expected", [

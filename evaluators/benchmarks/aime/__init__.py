@@ -98,6 +98,17 @@ def make_problem(rng: random.Random, difficulty: Difficulty) -> dict:
     return {"problem": problem, "solution": solution, "answer": answer}
 
 
+def without_box(record: dict) -> dict:
+    """`record` with its worked solution stopped before the final `\\boxed{...}` line: the
+    arithmetic is all there, the answer is not marked. Imperfect cold-start data of this kind
+    (pipeline.data's `sft_unboxed` share) leave RL a behaviour to learn that carries over to
+    every problem: the scorer finds no answer in such a solution."""
+    head, sep, _ = record["solution"].rpartition("\n\\boxed{")
+    if not sep:
+        raise ValueError(f"{record.get('id', '?')}: solution has no final \\boxed{{...}} line")
+    return {**record, "solution": head}
+
+
 def generate(n: int, *, split: str, seed: int,
              difficulty: Difficulty | str | Iterable[Difficulty | str],
              test_fraction: float = 0.1) -> list[dict]:
