@@ -36,6 +36,7 @@ include: "workflow/rules/sft.smk"
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/verl.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/fair.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -142,9 +142,16 @@ class DataGenConfig:
     lcb: CodeDataConfig = option(CodeDataConfig(), "LiveCodeBench-style code (evaluators.benchmarks.livecodebench)")
     cf: CodeDataConfig = option(CodeDataConfig(), "CodeForces-style code (evaluators.benchmarks.codeforces)")
     files: DataFiles = option(DataFiles(), "real data files replacing generated splits, per task")
+    val_n: int = option(0, "RL prompts of each task in val_tasks held out as its validation "
+                        "split, <task>_val.jsonl (the last ones not among the SFT problems); the "
+                        "fair protocol chooses learning rates on it. 0: none")
+    val_tasks: list[str] = option(["aime"], "the tasks that get a validation split")
 
     def __post_init__(self):
         check(0 < self.test_fraction < 1, "test_fraction", "must lie in (0, 1)")
         check(len(self.tasks) > 0, "tasks", f"is empty; list some of {list(DATA_TASKS)}")
         for t in self.tasks:
             check(t in DATA_TASKS, "tasks", f"unknown task {t!r}; expected some of {list(DATA_TASKS)}")
+        check(self.val_n >= 0, "val_n", f"must be >= 0, got {self.val_n}")
+        for t in self.val_tasks:
+            check(t in DATA_TASKS, "val_tasks", f"unknown task {t!r}; expected some of {list(DATA_TASKS)}")

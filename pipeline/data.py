@@ -87,6 +87,30 @@ def loaded(task: str, source: str, limit: int, kwargs: dict | None = None,
     return recs
 
 
+def held_out(rl: list[dict], sft: list[dict], n: int, task: str) -> tuple[list[dict], list[dict]]:
+    """(RL prompts, validation problems): the last `n` RL prompts whose problem is no SFT
+    problem become the validation split, the rest stay RL prompts. Disjoint from the test split
+    by construction (the RL prompts are), from the SFT problems by the check, from what RL
+    trains on by the split: a learning rate chosen on it is chosen on no test or training
+    problem."""
+    def key(r: dict) -> str:
+        return r.get("problem") or r["prompt"]
+    seen = {key(r) for r in sft}
+    val: list[int] = []
+    for i in range(len(rl) - 1, -1, -1):
+        if len(val) == n:
+            break
+        if key(rl[i]) not in seen:
+            val.append(i)
+    if len(val) < n:
+        raise DataError(f"{task}: val_n={n} asks for more validation problems than the "
+                        f"{len(rl)} RL prompts outside the SFT set give ({len(val)}); lower it "
+                        "or raise rl_n")
+    out = set(val)
+    return ([r for i, r in enumerate(rl) if i not in out],
+            [rl[i] for i in sorted(val)])
+
+
 def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
     out = pathlib.Path(cfg.out_dir)
     files = {}
@@ -96,6 +120,9 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
             source = getattr(real, part)
             files[f"{task}_{part}"] = (loaded(task, source, real.limit, real.load_kwargs(part),
                                               part) if source else generated(task, part, cfg))
+        if cfg.val_n and task in cfg.val_tasks:
+            files[f"{task}_rl"], files[f"{task}_val"] = held_out(
+                files[f"{task}_rl"], files[f"{task}_sft"], cfg.val_n, task)
     paths = {}
     for name, recs in files.items():
         paths[name] = out / f"{name}.jsonl"

@@ -87,6 +87,27 @@ def test_the_data_stage_unboxes_a_seeded_share_of_the_sft_set_only():
         from_dict(DataGenConfig, {"aime": {"sft_unboxed": 1.0}})
 
 
+def test_the_validation_split_is_held_out_of_the_rl_prompts_and_shares_no_problem(tmp_path):
+    from gspo.data_config import DataGenConfig
+    from gspo.fields import from_dict
+    from gspo.io import DataError
+    from pipeline.data import generate, held_out
+
+    cfg = {"out_dir": str(tmp_path), "tasks": ["aime"], "val_n": 40,
+           "aime": {"sft_n": 3000, "rl_n": 200, "test_n": 30}}
+    paths = generate(from_dict(DataGenConfig, cfg))
+    sets = {k: [json.loads(x)["problem"] for x in p.read_text().splitlines()]
+            for k, p in paths.items()}
+    assert len(sets["aime_val"]) == 40 and len(sets["aime_rl"]) == 160    # held out, not added
+    val = set(sets["aime_val"])
+    assert not val & (set(sets["aime_rl"]) | set(sets["aime_sft"]) | set(sets["aime_test"]))
+    rl = [{"problem": f"q{i}"} for i in range(5)]
+    keep, v = held_out(rl, [{"problem": "q4"}], 2, "aime")       # q4 is an SFT problem
+    assert [r["problem"] for r in v] == ["q2", "q3"] and len(keep) == 3
+    with pytest.raises(DataError, match="val_n=5 asks for more validation problems"):
+        held_out(rl, [{"problem": "q4"}], 5, "aime")
+
+
 # -- extraction and scoring --------------------------------------------------------------------
 
 @pytest.mark.parametrize("completion,answer,expected", [

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from pipeline.report import (collapse_check, final_scores, moe_summary, paired_diff, smooth,
                              variant_comparisons)
@@ -565,3 +566,105 @@ def test_two_very_different_training_runs_give_too_few_training_runs_not_a_verdi
     moe = _moe_ablation_of(_moe_runs(0.01, seeds=(0, 1)), seeds=(0, 1))
     assert "Verdict: too few training runs" in moe["verdict"]
     assert claims.moe(SimpleNamespace(moe=moe))["verdict"] == "too few training runs"
+
+
+# -- the fair protocol's learning-rate choice (pipeline.report.selection, pipeline.select) ------
+
+FAIR = {"grpo": {1e-4: 0.30, 5e-5: 0.40}, "gspo": {1e-4: 0.45, 5e-5: 0.35}}   # val pass@1
+
+
+def _fair_files(tmp_path, val=FAIR, seeds=SEEDS, n=200) -> dict:
+    """select.yaml's content over toy validation results: each run of (algorithm, rate) solves
+    a share val[alg][lr] of n problems (shifted a little per seed)."""
+    grid = {}
+    for alg, rates in val.items():
+        grid[alg] = []
+        for lr, share in rates.items():
+            name = f"{alg}-lr{lr:.0e}".replace("e-0", "e-")
+            files = []
+            for k, s in enumerate(seeds):
+                p = tmp_path / name / f"seed{s}" / "results.jsonl"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                solved = int(n * (share + 0.01 * (k - 1)))
+                p.write_text("".join(json.dumps({"id": f"v{i}", "pass@1": float(i < solved)})
+                                     + "\n" for i in range(n)))
+                files.append(str(p))
+            grid[alg].append({"lr": lr, "variant": name, "results": files})
+    return {"benchmark": "aime", "seeds": list(seeds), "grid": grid}
+
+
+def test_each_algorithm_gets_the_rate_its_validation_runs_score_best_with_an_interval(tmp_path):
+    from pipeline.report.selection import choose
+
+    sel = choose(_fair_files(tmp_path), iters=300)
+    assert sel["algorithms"]["grpo"]["chosen_variant"] == "grpo-lr5e-5"
+    assert sel["algorithms"]["gspo"]["chosen_variant"] == "gspo-lr1e-4"
+    for a in sel["algorithms"].values():
+        for p in a["points"]:
+            assert p["ci_low"] < p["pass_at_1"] < p["ci_high"] and p["seeds"] == len(SEEDS)
+    flipped = {"grpo": {1e-4: 0.40, 5e-5: 0.30}, "gspo": FAIR["gspo"]}
+    again = choose(_fair_files(tmp_path / "b", flipped), iters=300)
+    assert again["algorithms"]["grpo"]["chosen_lr"] == 1e-4       # the data decide, not the grid
+
+
+def test_the_report_compares_the_algorithms_at_their_chosen_rates_and_plots_score_against_rate(tmp_path):
+    from pipeline.report import figures, files, model
+    from pipeline.report.selection import choose
+
+    sel = choose(_fair_files(tmp_path), iters=200)
+    report = _claims_report(0.05)                  # GRPO and GSPO evals as plain variants
+    data = report.data
+    rename = {"grpo": "grpo-lr5e-5", "gspo": "gspo-lr1e-4"}     # the chosen grid points
+    runs = [{**r, "variant": rename[r["variant"]]} for r in data["rl"]]
+    runs += [{**r, "variant": r["variant"].replace("5e-5", "1e-4") if "grpo" in r["variant"]
+              else r["variant"].replace("1e-4", "5e-5")} for r in runs]   # the other rates
+    evals = [{**e, "variant": rename.get(e["variant"], e["variant"])} for e in data["evals"]]
+    evals += [{**e, "variant": e["variant"].replace("5e-5", "1e-4") if "grpo" in e["variant"]
+               else e["variant"].replace("1e-4", "5e-5")} for e in evals if e["variant"] != "sft"]
+    fair = model.from_data("x", {**data, "rl": runs, "evals": evals}, {"bootstrap_iters": 200},
+                           selection=sel)
+    assert {r["variant"] for r in fair.table} >= {"grpo", "gspo", "grpo-lr1e-4", "gspo-lr5e-5"}
+    assert _verdicts(fair) == _verdicts(report)       # the claims read the chosen rates
+    rows = {(r["algorithm"], r["lr"]): r for r in fair.selection_rows}
+    assert rows["grpo", 5e-5]["chosen"] and not rows["grpo", 1e-4]["chosen"]
+    by_name = {r["variant"]: r for r in fair.table if r["benchmark"] == "aime"}
+    assert rows["gspo", 1e-4]["test_pass_at_1"] == by_name["gspo"]["pass_at_1"]
+    assert rows["gspo", 5e-5]["test_pass_at_1"] == by_name["gspo-lr5e-5"]["pass_at_1"]
+    out = tmp_path / "report"
+    out.mkdir()
+    figures.draw(fair, out)
+    head = files.write(fair, out)
+    assert head["selection"]["chosen_lr"] == {"grpo": 5e-5, "gspo": 1e-4}
+    assert (out / "lr.png").stat().st_size > 0 and (out / "selection.csv").is_file()
+    page = (out / "index.html").read_text()
+    assert page.index("Learning rates chosen on validation") < page.index("<h2>Final scores</h2>")
+    plain = model.from_data("x", data, {"bootstrap_iters": 50})     # no grid: no section
+    assert plain.selection_rows == [] and "Learning rates chosen" not in html_of(plain)
+
+
+def html_of(report) -> str:
+    from pipeline.report import html
+
+    return html.render(report)
+
+
+def test_the_select_stage_writes_its_choice_and_names_a_missing_result_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = _fair_files(tmp_path)
+    (tmp_path / "select.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "select" / "lr.json"
+    cmd = [sys.executable, "-m", "pipeline.select", "--config", str(tmp_path / "select.yaml"),
+           "--out", str(out), "--bootstrap-iters", "100"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["algorithms"]["gspo"]["chosen_lr"] == 1e-4
+    assert "gspo: lr 0.0001 chosen (gspo-lr1e-4)" in r.stdout
+    assert (tmp_path / "select" / "lr.csv").read_text().count("\n") == 5
+    missing = cfg["grid"]["grpo"][0]["results"][1]
+    pathlib.Path(missing).unlink()
+    out.unlink()
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.strip().count("\n") == 0 and missing in r.stderr

@@ -702,3 +702,38 @@ def test_the_paper_protocol_preset_sets_the_papers_evaluation_in_one_place():
     assert (lcb.test_start, lcb.test_end) == ("2024-10-01", "2025-02-01") and lcb.test
     # the real-scale data stays as it was
     assert plan.data_cfg.files.aime.test.endswith("train-00000-of-00001.parquet")
+
+
+def test_the_fair_protocol_trains_every_algorithm_at_every_rate_and_chooses_on_validation(tmp_path):
+    r = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "default.yaml"),
+                  str(ROOT / "config" / "fair.yaml"), configfile=None, timeout=300)
+    jobs = _job_counts(r.stdout + r.stderr)
+    assert jobs["rl"] == 30 and jobs["eval_val"] == 30 and jobs["select"] == 1   # 2 x 3 x 5
+    assert jobs["eval_checkpoint"] == 30                                         # budget 100
+    base = tmp_path / "results" / "tiny-fair" / "config"
+    rl = yaml.safe_load((base / "rl" / "gspo-lr2e-5-seed3.yaml").read_text())
+    assert rl["lr"] == 2e-5 and rl["algorithm"] == "gspo" and rl["seed"] == 3
+    report = yaml.safe_load((base / "report.yaml").read_text())
+    assert report["variants"]["gspo-lr1e-4"]["baseline"] == "grpo-lr1e-4"   # same rate
+    assert report["variants"]["grpo-lr1e-4"]["baseline"] == ""
+    data = yaml.safe_load((base / "data.yaml").read_text())
+    assert data["val_n"] == 500 and data["val_tasks"] == ["aime"]
+    val = yaml.safe_load((base / "eval" / "aime-val.yaml").read_text())
+    full = yaml.safe_load((base / "eval" / "aime.yaml").read_text())
+    assert val["data"].endswith("data/aime_val.jsonl") and full["data"].endswith("aime_test.jsonl")
+    assert (val["limit"], val["samples"]) == (0, 4)
+    sel = yaml.safe_load((base / "select.yaml").read_text())
+    assert [p["lr"] for p in sel["grid"]["grpo"]] == [2e-5, 5e-5, 1e-4]
+    assert all(len(p["results"]) == 5 and all("/val/aime/" in f for f in p["results"])
+               for pts in sel["grid"].values() for p in pts)
+
+
+def test_the_fair_protocol_refuses_a_validation_benchmark_the_runs_do_not_train_on():
+    from snakemake.utils import validate
+
+    cfg = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    cfg["fair"] = {"lr_grid": [1e-4], "benchmark": "cf"}
+    cfg["benchmarks"] = ["aime", "lcb"]          # CodeForces-style problems are not scored
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    with pytest.raises(Exception, match="fair.benchmark: 'cf' must be in benchmarks and in the RL mix"):
+        _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)

@@ -81,12 +81,12 @@ from pipeline.report.verdicts import MOE_CLAIM, moe_verdict  # noqa: F401
 
 def build(experiment: str, out: pathlib.Path, *, uri: str | None = None,
           settings: dict | None = None, log_to_mlflow: bool = True,
-          tags: dict | None = None) -> dict:
+          tags: dict | None = None, selection: dict | None = None) -> dict:
     """Build the report of `experiment` into `out`; returns its headline numbers. With
     log_to_mlflow, `out` becomes the artifacts of a fresh run tagged stage=report plus `tags`."""
     from pipeline.report import claims, figures, files
 
-    report = compute(experiment, uri, settings)
+    report = compute(experiment, uri, settings, selection)
     claims.link_related(report.claims, out)
     out.mkdir(parents=True, exist_ok=True)
     figures.draw(report, out)

@@ -19,6 +19,8 @@ def _parser() -> argparse.ArgumentParser:
     add_tracking_flags(ap)
     ap.add_argument("--out", default=None, help="output folder (default results/<experiment>/report)")
     ap.add_argument("--report-config", default=None, help="YAML of report settings (the workflow's)")
+    ap.add_argument("--selection", default=None, help="the fair protocol's learning-rate "
+                    "choice (pipeline.select's JSON): compare the algorithms at their chosen rates")
     ap.add_argument("--no-mlflow-log", action="store_true", help="do not log the report back to MLflow")
     return ap
 
@@ -56,8 +58,14 @@ def main(argv=None) -> int:
     from pipeline._cli import tracking_of
 
     out = pathlib.Path(args.out or f"results/{args.experiment}/report")
+    selection = None
+    if args.selection:
+        import json
+
+        selection = json.loads(pathlib.Path(args.selection).read_text())
     head = build(args.experiment, out, uri=args.tracking_uri, settings=settings,
-                 log_to_mlflow=not args.no_mlflow_log, tags=tracking_of(args).tags)
+                 log_to_mlflow=not args.no_mlflow_log, tags=tracking_of(args).tags,
+                 selection=selection)
     _print_headline(head, out)
     return 0
 

@@ -196,3 +196,7 @@ def draw(report, out: pathlib.Path):
     fig_clip(report, out / "clip_fraction.png")
     if report.moe:
         fig_moe(report, out / "moe.png")
+    if report.selection_rows:     # the fair protocol's score against learning rate
+        from pipeline.report import selection
+
+        selection.figure(report.selection_rows, out / "lr.png", _plt())

@@ -12,6 +12,7 @@ from pipeline.report.curves import CURVE_COLS
 from pipeline.report.model import (FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS,
                                    VARIANT_COLS, Report)
 from pipeline.report.resample import MIN_RUNS
+from pipeline.report.selection import SELECTION_COLS
 
 
 def write_csv(path: pathlib.Path, rows: list[dict], cols: list[str]):
@@ -50,6 +51,10 @@ def headline(report: Report) -> dict:
                        "draws": report.draws, "points": report.curve},
             "scaling_fits": [{k: v for k, v in r.items() if k != "fitted"} for r in report.fits],
             "moe": dict(report.moe) if report.moe else None,
+            "selection": ({"rule": report.selection["rule"], "benchmark":
+                           report.selection["benchmark"], "chosen_lr":
+                           {a: v["chosen_lr"] for a, v in report.selection["algorithms"].items()},
+                           "points": report.selection_rows} if report.selection else None),
             "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
             "rebuild_command": f"python -m pipeline.report --experiment {report.experiment}"}
 
@@ -66,6 +71,8 @@ def write(report: Report, out: pathlib.Path) -> dict:
     write_csv(out / "moe.csv", report.moe["rows"] if report.moe else [], MOE_COLS)
     write_csv(out / "scaling_fits.csv", report.fits, FIT_COLS)
     write_csv(out / "curve.csv", report.curve, CURVE_COLS)
+    if report.selection_rows:
+        write_csv(out / "selection.csv", report.selection_rows, SELECTION_COLS)
     head = headline(report)
     write_json(out / "summary.json", head)
     atomic_write_text(out / "index.html", html.render(report))

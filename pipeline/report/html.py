@@ -98,6 +98,7 @@ def _scores(report) -> list[str]:
         " Compute is cumulative RL training FLOPs (generation + old log-prob pass + updates; "
         "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
         *_claims(report),
+        *_selection(report),
         *_curve(report),
         "<h2>Final scores</h2><img src='final_scores.png'>",
         "<p>pass@1 at the largest budget, mean over seeds and problems, with its interval over "
@@ -173,6 +174,26 @@ def _claims(report) -> list[str]:
         "compared variant.</p>",
         "<div class='wide claims'><table><tr><th>claim</th><th>measured</th><th>verdict</th>"
         "<th>why</th></tr>" + "".join(rows) + "</table></div>"]
+
+
+def _selection(report) -> list[str]:
+    sel = report.selection
+    if not sel:
+        return []
+    from pipeline.report.selection import SELECTION_COLS
+
+    chosen = ", ".join(f"{a.upper()} lr {v['chosen_lr']:g}" for a, v in sel["algorithms"].items())
+    return [
+        "<h2>Learning rates chosen on validation (the fair protocol)</h2>",
+        "<img src='lr.png'>",
+        f"<p>Each algorithm trained at every rate of the grid; its rate was chosen on a "
+        f"validation split of {esc(sel['benchmark'])} problems held out of the RL prompts (no "
+        f"SFT or test problem among them), by the {esc(sel['rule'])}. Chosen: {esc(chosen)}. "
+        "The claims and the rows named after an algorithm compare the algorithms at these "
+        "rates on the test problems; the other rates keep their variant names. Intervals are "
+        "over training runs and problems; <code>test_*</code> is shown for reading only: it "
+        "chose nothing.</p>",
+        table(report.selection_rows, SELECTION_COLS)]
 
 
 def _variants(comps: list[dict]) -> list[str]:

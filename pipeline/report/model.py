@@ -73,6 +73,9 @@ class Report:
     ratios: dict
     provenance: dict
     claims: list[dict] = dataclasses.field(default_factory=list)
+    # the fair protocol's learning-rate choice and its rows (pipeline.report.selection)
+    selection: dict | None = None
+    selection_rows: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def by_variant(self) -> dict[str, list]:
@@ -111,10 +114,15 @@ def workflow_yaml(data: dict) -> str | None:
 
 
 def from_data(experiment: str, data: dict, settings: dict | None = None,
-              workflow_config: str | None = None) -> Report:
+              workflow_config: str | None = None, selection: dict | None = None) -> Report:
     """The report of collected `data` (settings: the report config, over DEFAULTS;
-    workflow_config: the master config's text, for the provenance)."""
+    workflow_config: the master config's text, for the provenance; selection: the fair
+    protocol's learning-rate choice, pipeline.select's, whose chosen variants are compared
+    under their algorithms' names)."""
     from evaluators.tasks import BENCHMARKS
+    from pipeline.report import selection as lr_choice
+
+    data = lr_choice.apply(data, selection)
 
     s = {**DEFAULTS, **(settings or {})}
     rule = {**DEFAULTS["collapse"], **(s.get("collapse") or {})}
@@ -140,14 +148,17 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
                 if a != "grpo" and clips.get("grpo") and clips[a] is not None},
         provenance=provenance(data, workflow_config))
     report.claims = claims.claims(report)
+    report.selection = selection
+    report.selection_rows = lr_choice.rows(selection, table)
     return report
 
 
-def compute(experiment: str, uri: str | None = None, settings: dict | None = None) -> Report:
+def compute(experiment: str, uri: str | None = None, settings: dict | None = None,
+            selection: dict | None = None) -> Report:
     """The report of `experiment`, read from the MLflow store at `uri` (pipeline.aggregate)."""
     from pipeline.aggregate import collect
 
     data = collect(experiment, uri)
     if not data["rl"]:
         raise SystemExit(f"error: experiment {experiment!r} has no RL runs (tag stage=rl)")
-    return from_data(experiment, data, settings, workflow_yaml(data))
+    return from_data(experiment, data, settings, workflow_yaml(data), selection)

@@ -34,7 +34,7 @@ from gspo.data_config import DataGenConfig
 from gspo.io import atomic_write_text
 from gspo.models import PRESETS
 
-from . import invocation, launch
+from . import fair, invocation, launch
 
 PARTS = ("sft", "rl", "test")
 # RL fields the workflow sets itself, per run.
@@ -95,6 +95,7 @@ class Plan:
         self.experiment = config["experiment"]
         self.base = f"results/{self.experiment}"
         self.algorithms = list(config["algorithms"])
+        self.lr_grid = fair.grid(config)     # the fair protocol's (gspo_workflow.fair)
         # The compared runs: each plain algorithm, then each configured variant (an algorithm
         # with RLConfig overrides and the run it is measured against). Rules, paths and MLflow
         # run names use the variant's name; its algorithm is a tag.
@@ -148,8 +149,8 @@ class Plan:
     def _variants(self) -> dict[str, dict]:
         """{name: {algorithm, baseline, description, rl}} in config order, plain algorithms
         first; a baseline "" resolves to the variant named after the algorithm, when present."""
-        out = {a: {"algorithm": a, "baseline": "", "description": "", "rl": {}}
-               for a in self.algorithms}
+        out = fair.variants(self.algorithms, self.lr_grid) if self.lr_grid else {
+            a: {"algorithm": a, "baseline": "", "description": "", "rl": {}} for a in self.algorithms}
         for name, v in (self.config.get("variants") or {}).items():
             if name in out:
                 self._fail(f"variants.{name}", "has the name of a plain algorithm in "
@@ -208,12 +209,18 @@ class Plan:
         return f"{self.base}/data/{task}_{part}.jsonl"
 
     def data_files(self) -> list[str]:
-        return [self.data_file(t, p) for t in self.data_tasks for p in PARTS]
+        return [self.data_file(t, p) for t in self.data_tasks for p in PARTS] + (
+            [self.data_file(self.val_bench(), "val")] if self.lr_grid else [])
+
+    def val_bench(self) -> str:
+        return fair.val_bench(self.config, self.benchmarks, self.rl_tasks)
 
     def _data_config(self) -> DataGenConfig:
         d = dict(self.config["data"])
         d["out_dir"] = f"{self.base}/data"
         d["tasks"] = self.data_tasks
+        if self.lr_grid:
+            d.update(val_n=fair.settings(self.config)["problems"], val_tasks=[self.val_bench()])
         cfg = self._typed(DataGenConfig, d, "data")
         for task in TASKS:
             for part in (*PARTS, "generated_tests"):     # a generated_tests folder is local
@@ -299,6 +306,7 @@ class Plan:
         for b, cfg in self.mid_eval_cfgs.items():
             out[self.cfg_path(f"eval/{b}-intermediate")] = dump(cfg)
         out[self.cfg_path("workflow")] = dump(self.config)
+        out.update({self.cfg_path(k): dump(v) for k, v in fair.stage_configs(self).items()})
         out[self.cfg_path("report")] = dump({
             **self.report_cfg, "experiment": self.experiment, "algorithms": self.algorithms,
             "seeds": self.seeds, "budgets": self.budgets, "benchmarks": self.benchmarks,

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
 
-from gspo_workflow import invocation, plan  # noqa: E402  (workflow/gspo_workflow/)
+from gspo_workflow import fair, invocation, plan  # noqa: E402  (workflow/gspo_workflow/)
 
 
 validate(config, "../schemas/config.schema.yaml")
@@ -24,3 +24,4 @@ wildcard_constraints:
     variant=plan.regex_of(PLAN.variants),
     seed=r"\d+",
     budget=r"[1-9]\d*",
+    vbench=plan.regex_of(PLAN.benchmarks),

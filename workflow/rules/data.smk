@@ -6,11 +6,8 @@ rule data:
     input:
         config="results/{experiment}/config/data.yaml",
     output:
-        expand(
-            "results/{{experiment}}/data/{task}_{part}.jsonl",
-            task=PLAN.data_tasks,
-            part=plan.PARTS,
-        ),
+        # <task>_sft / _rl / _test, and with the fair protocol its benchmark's _val
+        [f.replace(PLAN.base, "results/{experiment}", 1) for f in PLAN.data_files()],
     params:
         config_sha=PLAN.sha_param("data"),
     log:

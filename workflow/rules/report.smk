@@ -25,6 +25,7 @@ rule report:
     input:
         scores="results/{experiment}/aggregate/scores.json",
         config="results/{experiment}/config/report.yaml",
+        selection=fair.selection(PLAN),     # the fair protocol's learning-rate choice, if any
     output:
         html=report(
             "results/{experiment}/report/index.html",
@@ -73,10 +74,11 @@ rule report:
         ),
     params:
         tracking=PLAN.tracking_flags(),
+        selection=lambda w, input: f"--selection {input.selection}" if input.selection else "",
     log:
         "results/{experiment}/logs/report.log",
     conda:
         "../../environment.yml"
     shell:
         "exec python -m pipeline.report --out $(dirname {output.html}) --report-config {input.config}"
-        " {params.tracking} > {log} 2>&1"
+        " {params.selection} {params.tracking} > {log} 2>&1"

@@ -1,0 +1,56 @@
+"""Stage: choose each algorithm's learning rate on the validation split (the fair protocol).
+
+    python -m pipeline.select --config results/<experiment>/config/select.yaml \
+        --out results/<experiment>/select/lr.json
+
+The config (written by the workflow's plan, gspo_workflow.fair.select_config) lists per
+algorithm each rate of the grid, its variant and the validation results.jsonl of its runs. The
+choice (pipeline.report.selection.choose): the rate with the highest mean pass@1 over the runs
+and the validation problems, each rate with its interval over training runs and problems.
+Writes the choice as JSON (and a CSV beside it); `pipeline.report --selection FILE` then
+compares the algorithms at the chosen rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+from pipeline._cli import run
+
+
+def main(argv=None):
+    import yaml
+
+    from gspo.io import DataError, atomic_write_text, write_json
+    from pipeline.report.selection import choose
+
+    ap = argparse.ArgumentParser(prog="python -m pipeline.select", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="select.yaml (the workflow writes it)")
+    ap.add_argument("--out", required=True, help="the choice, JSON (a .csv is written beside it)")
+    ap.add_argument("--bootstrap-iters", type=int, default=2000, help="bootstrap draws per interval")
+    ap.add_argument("--confidence", type=float, default=0.95, help="interval confidence")
+    args = ap.parse_args(argv)
+    try:
+        cfg = yaml.safe_load(pathlib.Path(args.config).read_text())
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("grid"), dict):
+            raise KeyError("grid")
+    except (OSError, yaml.YAMLError, KeyError) as e:
+        raise DataError(f"{args.config}: expected a select config with a `grid` mapping ({e})") from None
+    sel = choose(cfg, iters=args.bootstrap_iters, confidence=args.confidence)
+    out = pathlib.Path(args.out)
+    lines = ["algorithm,lr,variant,chosen,seeds,n_problems,pass_at_1,ci_low,ci_high"]
+    for alg, a in sel["algorithms"].items():
+        for p in a["points"]:
+            lines.append(f"{alg},{p['lr']},{p['variant']},{p['variant'] == a['chosen_variant']},"
+                         f"{p['seeds']},{p['n_problems']},{p['pass_at_1']:.4f},{p['ci_low']:.4f},"
+                         f"{p['ci_high']:.4f}")
+            print(f"{p['variant']:18s} validation pass@1 {p['pass_at_1']:.4f} "
+                  f"[{p['ci_low']:.4f}, {p['ci_high']:.4f}]")
+        print(f"{alg}: lr {a['chosen_lr']:g} chosen ({a['chosen_variant']})")
+    atomic_write_text(out.with_suffix(".csv"), "\n".join(lines) + "\n")
+    write_json(out, sel)
+
+
+if __name__ == "__main__":
+    run(main)
