@@ -737,3 +737,13 @@ def test_the_fair_protocol_refuses_a_validation_benchmark_the_runs_do_not_train_
     validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
     with pytest.raises(Exception, match="fair.benchmark: 'cf' must be in benchmarks and in the RL mix"):
         _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+
+
+def test_the_stress_variant_is_the_default_at_a_larger_rate_with_more_off_policy_updates(tmp_path):
+    snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "default.yaml"),
+              str(ROOT / "config" / "stress.yaml"), configfile=None, timeout=300)
+    base = tmp_path / "results"
+    stress = yaml.safe_load((base / "tiny-stress" / "config" / "rl" / "gspo-seed4.yaml").read_text())
+    default = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())["rl"]
+    assert stress["lr"] > 2 * default["lr"] and stress["minibatches"] > default["minibatches"]
+    assert (stress["steps"], stress["prompts_per_step"]) == (default["steps"], default["prompts_per_step"])
