@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from gspo.fields import ConfigError, check, option
 from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
-ALGORITHMS = tuple(OBJECTIVES)     # the config's `algorithm`: gspo.objectives registers them
 
 
 @dataclass
@@ -204,9 +203,8 @@ class RLConfig(TrainConfig):
     the compared methods; clip ranges, aggregation and advantage scaling default to each
     method's paper setting."""
 
-    algorithm: str = option("gspo", "the objective: grpo (token-level ratio), gspo (sequence-"
-                            "level), gspo_token, dapo, dr_grpo, cispo, gmpo or sapo "
-                            "(gspo.objectives.OBJECTIVES)")
+    algorithm: str = option("gspo", f"the objective, one of {', '.join(OBJECTIVES)} "
+                            "(gspo.objectives.OBJECTIVES registers them)")
     engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun), "
                          "'trl' (TRL's GRPOTrainer) or 'verl' (verl's PPO trainer in its own "
                          "environment, the workflow's verl rule); docs/ENGINES.md maps each field")
@@ -310,8 +308,8 @@ class RLConfig(TrainConfig):
     verl: VerlConfig = option(VerlConfig(), "engine: verl only: its backend and parallel layout")
 
     def __post_init__(self):
-        check(self.algorithm in ALGORITHMS, "algorithm",
-               f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
+        check(self.algorithm in OBJECTIVES, "algorithm",
+               f"must be one of {sorted(OBJECTIVES)}, got {self.algorithm!r}")
         check(self.engine in ("native", "trl", "verl"), "engine",
               f"must be 'native', 'trl' or 'verl', got {self.engine!r}")
         super().__post_init__()

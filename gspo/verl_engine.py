@@ -30,23 +30,37 @@ from gspo import checkpoint as ckpt
 from gspo.config import ConfigError, RLConfig
 from gspo.fields import Refusals, to_dict
 from gspo.io import write_json
-from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
+from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
 ENGINE = "engine: verl"
 DUAL_CLIP_OFF = 1e9     # verl's clip_ratio_c; this project's objectives have no dual clip
-LOSS_MODE = {"grpo": "vanilla", "gspo": "gspo", "gspo_token": "gspo", "dapo": "vanilla",
-             "dr_grpo": "vanilla", "cispo": "cispo", "gmpo": "geo_mean", "sapo": "sapo"}
+# objective -> verl's policy_loss.loss_mode, from the registry (gspo.objectives.Objective.verl)
+LOSS_MODE = {name: o.verl for name, o in OBJECTIVES.items() if o.verl}
 CORRECTION = {"token_truncate": "token", "token_mask": "token",
               "sequence_truncate": "sequence", "sequence_mask": "sequence"}
 BETAS = (0.9, 0.99)     # Adam's, as the native trainer's
 JOB = "verl"            # out_dir/verl: the parquet, the overrides, verl's checkpoints and logs
 DONE = "done.json"      # written by the launcher once verl's trainer has finished
 
+
+
+def _algorithms() -> str:
+    """The `algorithm` row, from LOSS_MODE: the objectives grouped by verl's loss mode."""
+    modes: dict[str, list[str]] = {}
+    for name, mode in LOSS_MODE.items():
+        modes.setdefault(mode, []).append(name)
+    parts = [", ".join(names) + ("" if names == [mode] else f": {mode}")
+             for mode, names in modes.items()]
+    refused = [name for name in OBJECTIVES if name not in LOSS_MODE]
+    return ("`actor.policy_loss.loss_mode`: " + "; ".join(parts)
+            + "".join(f"; {name} refused" for name in refused)
+            + " (verl's gspo is the GSPO-token form, equal with one advantage per sequence); "
+            "`algorithm.adv_estimator=grpo`")
+
+
 # RLConfig field -> what it becomes in verl (docs/ENGINES.md's table)
 FIELDS: dict[str, str] = {
-    "algorithm": "`actor.policy_loss.loss_mode`: grpo, dapo, dr_grpo: vanilla; gspo, gspo_token: "
-                 "gspo (verl's is the GSPO-token form, equal with one advantage per sequence); "
-                 "cispo; gmpo: geo_mean; sapo; `algorithm.adv_estimator=grpo`",
+    "algorithm": _algorithms(),
     "engine": "this engine",
     "model": "`actor_rollout_ref.model.path`",
     "out_dir": "`trainer.default_local_dir` = out_dir/verl/checkpoints; checkpoints/, "
@@ -130,6 +144,8 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     out = Refusals()
     need = out.need
 
+    need(cfg.algorithm in LOSS_MODE, "algorithm", f"{cfg.algorithm!r}: verl has no such policy "
+         f"loss; use one of {', '.join(LOSS_MODE)}")
     for field in ("logprob_chunk", "overlong_buffer", "dynamic_sampling",
                   "dynamic_sampling_max_rounds", "mask_truncated", "peak_flops"):
         need(d[field] in (base[field], 0, False), field,

@@ -33,7 +33,7 @@ from evaluators.evaluation import EvalConfig
 from evaluators.tasks import BENCHMARKS
 
 TASKS_DIR = pathlib.Path(__file__).resolve().parent
-UNSAFE = {"aime": False, "lcb": True, "cf": True}
+UNSAFE = {"aime": False}     # the others run model-written programs (lm-eval: unsafe code)
 
 # The shipped YAMLs use the evaluation defaults of the project's own evaluator
 # (evaluators.evaluation.EvalConfig), so that both harnesses sample alike; a test checks that the
@@ -78,7 +78,7 @@ def task_yaml(bench: str, *, repeats: int = REPEATS, temperature: float = TEMPER
         "doc_to_target: !function utils.doc_to_target",
         "process_results: !function utils.process_results",
     ]
-    if UNSAFE[bench]:
+    if UNSAFE.get(bench, True):
         lines.append("unsafe_code: true")
     lines += [
         f"repeats: {int(repeats)}",
