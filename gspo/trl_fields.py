@@ -3,22 +3,11 @@ FIELDS as a table and tests/test_trl_engine.py holds the two, and the code, to e
 
 from __future__ import annotations
 
-from gspo.objectives import OBJECTIVES
-
-
-def _algorithms() -> str:
-    """The `algorithm` row, from the objective registry (gspo.objectives.Objective.trl)."""
-    mapped = [f"{n} (sequence level)" if o.trl == "sequence" else n
-              for n, o in OBJECTIVES.items() if o.trl]
-    refused = [n for n, o in OBJECTIVES.items() if not o.trl]
-    listed = ", ".join(refused[:-1]) + " and " * (len(refused) > 1) + "".join(refused[-1:])
-    return (f"`loss_type`, `importance_sampling_level`: {', '.join(mapped)}"
-            + (f"; {listed} refused" if refused else ""))
-
-
 # RLConfig field -> what it becomes in TRL (docs/ENGINES.md's table)
 FIELDS: dict[str, str] = {
-    "algorithm": _algorithms(),
+    "algorithm": "`loss_type`, `importance_sampling_level`: the objective's TRL form "
+                 "(gspo.objectives.Objective.trl, docs/OBJECTIVES.md's TRL column); one "
+                 "without one refused",
     "engine": "this engine",
     "model": "the model TRL trains",
     "out_dir": "`output_dir` = out_dir/trl; checkpoints/, metrics.jsonl, model/ by the harness",

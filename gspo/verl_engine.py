@@ -44,23 +44,11 @@ DONE = "done.json"      # written by the launcher once verl's trainer has finish
 
 
 
-def _algorithms() -> str:
-    """The `algorithm` row, from LOSS_MODE: the objectives grouped by verl's loss mode."""
-    modes: dict[str, list[str]] = {}
-    for name, mode in LOSS_MODE.items():
-        modes.setdefault(mode, []).append(name)
-    parts = [", ".join(names) + ("" if names == [mode] else f": {mode}")
-             for mode, names in modes.items()]
-    refused = [name for name in OBJECTIVES if name not in LOSS_MODE]
-    return ("`actor.policy_loss.loss_mode`: " + "; ".join(parts)
-            + "".join(f"; {name} refused" for name in refused)
-            + " (verl's gspo is the GSPO-token form, equal with one advantage per sequence); "
-            "`algorithm.adv_estimator=grpo`")
-
-
 # RLConfig field -> what it becomes in verl (docs/ENGINES.md's table)
 FIELDS: dict[str, str] = {
-    "algorithm": _algorithms(),
+    "algorithm": "`actor.policy_loss.loss_mode`: the objective's verl loss (LOSS_MODE, from "
+                 "gspo.objectives.Objective.verl: docs/OBJECTIVES.md's verl column); one "
+                 "without one refused; `algorithm.adv_estimator=grpo`",
     "engine": "this engine",
     "model": "`actor_rollout_ref.model.path`",
     "out_dir": "`trainer.default_local_dir` = out_dir/verl/checkpoints; checkpoints/, "
