@@ -87,7 +87,9 @@ class EvalConfig:
                                 "problem's samples are seeded from seed and its id)")
     workers: int = option(1, "parallel sandboxes scoring code")
     bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
-    keep_completions: bool = option(False, "keep the completions in results.jsonl")
+    keep_completions: bool = option(True, "keep the completions (with their prompt) in "
+                                    "results.jsonl: the report's side-by-side view reads them; "
+                                    "false at a scale where they weigh too much")
     protocol: str = option("", "the name of the evaluation protocol these settings follow, "
                            "recorded with every evaluation ('': none; config/paper-protocol.yaml)")
     prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "

@@ -285,6 +285,27 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     return loss, metrics
 
 
+def sample_stats(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                 mask: torch.Tensor, *, objective: str, eps_low: float = 0.0,
+                 eps_high: float = 0.0, log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
+                 tau_pos: float = 1.0, tau_neg: float = 1.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """What `objective`'s surrogate makes of each sequence, for reading samples (no gradient):
+    its sequence ratio s_i = exp(mean_t log w_it) (B,), and the share of its tokens whose term
+    the clip acted on (B,). logp, old_logp, mask: (B, T); advantages (B,) or (B, T)."""
+    with torch.no_grad():
+        B, T = logp.shape
+        valid = mask > 0                                                     # (B, T)
+        lengths = valid.to(logp.dtype).sum(dim=1).clamp(min=1)              # (B,)
+        log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))
+        adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1
+               else advantages).to(logp.dtype)                               # (B, T)
+        hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
+        _, clipped, _ = OBJECTIVES[objective].surrogate(
+            log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp)
+        ratio = torch.exp(_sequence_log_ratio(log_ratio, lengths, hp))      # (B,)
+        return ratio, clipped.to(logp.dtype).sum(dim=1) / lengths
+
+
 def _check(logp, old_logp, mask, objective: str, agg: str, norm_len: int) -> None:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")

@@ -34,7 +34,7 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import step_metrics, trl_batch, trl_fsdp
+from gspo import samples, step_metrics, trl_batch, trl_fsdp
 from gspo.config import ConfigError, RLConfig, RolloutConfig
 from gspo.fields import Refusals, to_dict
 from gspo.data import Mix
@@ -178,6 +178,7 @@ class _Run:
     old_pass: int = 0                        # 1 when TRL makes an old-log-prob pass
     rollout: object = None                   # rollout.engine vllm: gspo.trl_rollout.Rollout
     sharding: str = "none"                   # gspo.trl_fsdp.sharding: fsdp2 on several ranks
+    step: int = 0                            # rollout steps whose samples the reward saw
 
     def add_pending(self) -> float:
         """The ranks' compute and tokens since the last record, summed into the counters;
@@ -204,6 +205,11 @@ def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass
         run.pending[2] += resp * epochs
         out = reward_fn([json.loads(r) for r in record], list(completions))
         run.clock["rollout_end"] = time.perf_counter()
+        run.step += 1                   # TRL scores each rollout step's samples in one call
+        if run.world.main and samples.due(run.cfg.log_samples_every, run.step):
+            samples.write(run.cfg.out_dir, run.step, samples.rows(
+                run.step, list(prompts), list(completions), out,
+                lengths=[len(c) for c in completion_ids]))
         return out
 
     return reward
@@ -345,7 +351,7 @@ def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib
     st = (torch.load(resume_from / ckpt.STATE, weights_only=False) if resume_from is not None
           else {"step": 0, "counters": {"compute_flops": 0.0, "tokens_generated": 0,
                                          "tokens_trained": 0, "wall_s": 0.0}})
-    run = _Run(cfg, world, None, dict(st["counters"]))
+    run = _Run(cfg, world, None, dict(st["counters"]), step=st["step"])
     if world.main:
         run.log = MetricsLog(out / "metrics.jsonl",
                              resume_step=st["step"] if resume_from is not None else None)

@@ -72,6 +72,10 @@ FIELDS: dict[str, str] = {
     "max_consecutive_nonfinite": "stops after this many steps in a row with a non-finite loss or "
                                  "gradient norm (TRL applies such updates; it does not skip them)",
     "seed": "`seed`",
+    "log_samples_every": "the harness: every this many rollout steps, the samples TRL's reward "
+                         "function gets (prompt, completion, reward; no advantage, ratio or clip) "
+                         "to samples/ and MLflow as gspo.samples writes them (TRL's own "
+                         "`log_completions` goes to wandb or trackio only)",
     "device": "`use_cpu` for cpu, else accelerate's device",
     "threads": "torch.set_num_threads",
     "verl": "engine: verl's settings (RLConfig refuses them with any other engine)",

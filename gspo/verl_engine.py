@@ -118,6 +118,9 @@ FIELDS: dict[str, str] = {
     "max_consecutive_nonfinite": "checked on verl's log when the run is collected: a run with "
                                  "this many non-finite losses or gradient norms in a row fails",
     "seed": "`data.seed`, `actor.data_loader_seed`, `rollout.seed`",
+    "log_samples_every": "`trainer.rollout_data_dir` = out_dir/verl/rollouts when above 0: verl "
+                         "dumps every step's samples (input, output, score) there as "
+                         "<step>.jsonl, in its own layout (every step, not every N)",
     "device": "refused unless cuda (verl runs on CUDA, NPU or ROCm GPUs only)",
     "threads": "torch threads of the harness's collect step",
     "verl": "strategy fsdp | megatron; megatron `tensor_model_parallel_size`, "
@@ -223,6 +226,8 @@ def overrides(cfg: RLConfig, job_dir, *, max_prompt_length: int = 1024,
         "trainer.save_freq": cfg.ckpt_every, "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.default_local_dir": str(job / "checkpoints"),
+        # verl dumps every step's samples there (its layout), when samples are logged at all
+        **({"trainer.rollout_data_dir": str(job / "rollouts")} if cfg.log_samples_every else {}),
         "trainer.resume_mode": "auto" if cfg.resume else "disable",
         "trainer.logger": ["console", "file"],
         "trainer.project_name": "gspo-bench",

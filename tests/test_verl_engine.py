@@ -594,6 +594,7 @@ MAPPED = {
                                    router_aux_loss_coef=0.01))],
     "reward_workers": [({}, dict(reward_workers=4))], "ckpt_every": [({}, dict(ckpt_every=5))],
     "resume": [({}, dict(resume=False))], "seed": [({}, dict(seed=3))],
+    "log_samples_every": [({}, dict(log_samples_every=0))],
     "verl": [({}, dict(verl=VerlConfig(strategy="megatron"))),
              ({}, dict(verl=VerlConfig(overrides=["trainer.val_before_train=true"])))],
 }
