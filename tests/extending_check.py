@@ -61,4 +61,5 @@ summary = evaluate(out / "rl" / "model", [EvalConfig(benchmark="parity", data=st
 s = summary["parity"]["benchmarks"]["parity"]
 print(json.dumps({"step": record["step"], "clip_frac_tokens": record["clip_frac_tokens"],
                   "n_problems": s["n_problems"], "samples": s["samples_per_problem"],
+                  "maj@k": "maj@k" in s,                 # its scoring extracts answers
                   "tasks": sorted(json.loads(line)["task"] for line in files["parity_test"].open())}))

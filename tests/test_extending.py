@@ -60,4 +60,4 @@ def test_the_extending_pages_objective_and_benchmark_work_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"step": 1, "clip_frac_tokens": 0.0, "n_problems": 4, "samples": 2,
-                   "tasks": ["parity"] * 4}
+                   "maj@k": True, "tasks": ["parity"] * 4}
