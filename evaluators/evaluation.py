@@ -5,11 +5,17 @@ benchmark's own scoring, and summarise per problem and per benchmark.
 workflow: for each benchmark config it writes, each atomically,
 
 - `<out>/<bench>/results.jsonl`: one line per problem: id, task, n, c, pass@1, pass@k (k = n),
-  avg@n, pass@j for j = 1, 2, 4, ..., scores (one per sample), finish_reasons, n_tokens and
-  (keep_completions) the completions;
+  avg@n, pass@j for j = 1, 2, 4, ..., scores (one per sample), finish_reasons, n_tokens, for a
+  benchmark whose scoring extracts answers (aime) each sample's `answers` and the problem's
+  maj@k (evaluators.metrics.majority_correct), and (keep_completions) the completions with the
+  prompt and, where the record has one, the reference `answer`;
 - `<out>/<bench>/summary.json`: n_problems, n_samples, avg@n, pass@k and pass@j, each with a
-  seeded bootstrap confidence interval over problems (evaluators.metrics.aggregate), for cf the
-  rating estimated from the problems' ratings; the settings and the whole EvalConfig;
+  seeded bootstrap confidence interval over problems (evaluators.metrics.aggregate), maj@k
+  beside them where the benchmark extracts answers, for cf the rating estimated from the
+  problems' ratings; the settings and the whole EvalConfig;
+
+While a benchmark runs, a line per chunk on stderr says the problems done of this process's
+share, the rate and the time left (`Progress`).
 - `<out>/<bench>/checkpoint.json` when the model is a training checkpoint: the step and the
   cumulative training FLOPs it was saved at (gspo.checkpoint.checkpoint_meta).
 
@@ -41,11 +47,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import sys
 import time
 from dataclasses import dataclass
 
 from evaluators import partial, tasks
-from evaluators.metrics import aggregate, problem_metrics
+from evaluators.metrics import aggregate, bootstrap_ci, majority_correct, problem_metrics
 from gspo import distributed as dist
 from gspo import tokens
 from gspo.config import PromptConfig, check, option
@@ -80,7 +87,9 @@ class EvalConfig:
                                 "problem's samples are seeded from seed and its id)")
     workers: int = option(1, "parallel sandboxes scoring code")
     bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
-    keep_completions: bool = option(False, "keep the completions in results.jsonl")
+    keep_completions: bool = option(True, "keep the completions (with their prompt) in "
+                                    "results.jsonl: the report's side-by-side view reads them; "
+                                    "false at a scale where they weigh too much")
     protocol: str = option("", "the name of the evaluation protocol these settings follow, "
                            "recorded with every evaluation ('': none; config/paper-protocol.yaml)")
     prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
@@ -128,15 +137,23 @@ def load_records(path, bench: str, limit: int | None = None) -> list[dict]:
 def score_completions(records: list[dict], completions: list[list[str]],
                       workers: int) -> list[list[float]]:
     """0/1 scores, one per completion of each record, by each benchmark's own scoring."""
+    return scored(records, completions, workers)[0]
+
+
+def scored(records: list[dict], completions: list[list[str]], workers: int
+           ) -> tuple[list[list[float]], list[list | None]]:
+    """(0/1 scores, extracted answers) per record, one per completion, by each benchmark's own
+    scoring; a record's answers are None when its scoring extracts none (no "answer" key)."""
     flat_recs = [rec for rec, comps in zip(records, completions) for _ in comps]
-    flat = [float(r["passed"]) for r in
-            tasks.score_many(flat_recs, [c for comps in completions for c in comps],
-                             workers=workers)]
-    out, pos = [], 0
+    flat = tasks.score_many(flat_recs, [c for comps in completions for c in comps],
+                            workers=workers)
+    scores, answers, pos = [], [], 0
     for comps in completions:
-        out.append(flat[pos:pos + len(comps)])
+        mine = flat[pos:pos + len(comps)]
+        scores.append([float(r["passed"]) for r in mine])
+        answers.append([r["answer"] for r in mine] if all("answer" in r for r in mine) else None)
         pos += len(comps)
-    return out
+    return scores, answers
 
 
 def _sample_chunk(engine, codec: Codec, chunk: list[dict], *, samples, temperature, top_p,
@@ -153,26 +170,52 @@ def _sample_chunk(engine, codec: Codec, chunk: list[dict], *, samples, temperatu
             [[len(c.token_ids) for c in group] for group in groups])
 
 
-def _result(rec: dict, comps: list[str], scores: list[float], finish: list[str],
-            lengths: list[int], keep_completions: bool) -> dict:
+def _result(rec: dict, comps: list[str], scores: list[float], answers: list | None,
+            finish: list[str], lengths: list[int], keep_completions: bool) -> dict:
     """One record's line of results.jsonl (see the module doc)."""
     m = problem_metrics(scores)
     res = {"id": rec["id"], "task": rec["task"], "n": m["n"], "c": m["c"],
            "avg@n": m["avg@n"], "pass@k": m["pass@k"], "k": m["k"],
            **{key: v for key, v in m.items() if key.startswith("pass@") and key != "pass@k"},
            "scores": scores, "finish_reasons": finish, "n_tokens": lengths}
+    if answers is not None:
+        res.update(answers=answers, **{"maj@k": majority_correct(answers, scores)})
     if rec["task"] == "cf" and rec.get("rating") is not None:
         res["rating"] = rec["rating"]
     if keep_completions:
-        res["completions"] = comps
+        res.update(completions=comps, prompt=rec["prompt"],
+                   **({"answer": str(rec["answer"])} if "answer" in rec else {}))
     return res
+
+
+class Progress:
+    """One line on stderr per chunk: the problems this process has done of its share, the rate
+    of those it sampled (chunks read back from a resumed run are done at once) and the time
+    left at that rate. Plain lines, so job logs keep them."""
+
+    def __init__(self, label: str, total: int, stream=None, clock=time.monotonic):
+        self.label, self.total, self.clock = label, total, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0, self.done, self.sampled = clock(), 0, 0
+
+    def advance(self, n: int, *, sampled: bool = True) -> str:
+        self.done += n
+        self.sampled += n if sampled else 0
+        dt = self.clock() - self.t0
+        rate = self.sampled / dt if dt > 0 and self.sampled else 0.0
+        left = (self.total - self.done) / rate if rate else None
+        eta = "-" if left is None else f"{int(left // 60)}m{int(left % 60):02d}s"
+        line = (f"{self.label}: {self.done}/{self.total} problems "
+                f"({self.done / max(self.total, 1):.0%}), {rate:.2f} problems/s, ETA {eta}")
+        print(line, file=self.stream, flush=True)
+        return line
 
 
 def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int = 8,
                      temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
                      seed: int = 0, batch_prompts: int = 64, workers: int = 1,
                      keep_completions: bool = True, world: dist.World = dist.World(),
-                     store: partial.ChunkStore | None = None) -> list[dict]:
+                     store: partial.ChunkStore | None = None, label: str = "") -> list[dict]:
     """Sample `samples` completions per record with `engine` and score them; one dict per record
     (see the module doc for its fields). `codec` (gspo.tokens) encodes the prompts, names the
     stop ids and decodes the completions without special tokens.
@@ -183,7 +226,8 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
     Data-parallel under torchrun: rank r samples and scores the chunks j = r, r + N, ... and
     every rank gets all the results, in record order: the same as one process. With a `store`
     (evaluators.partial; made with settings that give these results) each chunk's results are
-    saved once scored, and a chunk already there is read back instead of sampled."""
+    saved once scored, and a chunk already there is read back instead of sampled. With a
+    `label`, a Progress line on stderr after each chunk."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if batch_prompts < 1:
@@ -191,18 +235,24 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
     if store is not None:
         store.open(world)
     n_chunks, out = -(-len(records) // batch_prompts), []
-    for j in range(world.rank, n_chunks, world.size):
+    mine = range(world.rank, n_chunks, world.size)
+    progress = Progress(label, sum(len(records[j * batch_prompts:(j + 1) * batch_prompts])
+                                   for j in mine)) if label else None
+    for j in mine:
         chunk = records[j * batch_prompts:(j + 1) * batch_prompts]
         rows = store.load(j, [r["id"] for r in chunk]) if store is not None else None
+        resumed = rows is not None
         if rows is None:
             texts, finish, lengths = _sample_chunk(
                 engine, codec, chunk, samples=samples, temperature=temperature, top_p=top_p,
                 max_new_tokens=max_new_tokens, seed=seed)
-            scores = score_completions(chunk, texts, workers)
+            scores, answers = scored(chunk, texts, workers)
             rows = [_result(*x, keep_completions) for x in
-                    zip(chunk, texts, scores, finish, lengths)]
+                    zip(chunk, texts, scores, answers, finish, lengths)]
             if store is not None:
                 store.save(j, rows)
+        if progress is not None:
+            progress.advance(len(chunk), sampled=not resumed)
         out += [(j * batch_prompts + i, row) for i, row in enumerate(rows)]
     if store is not None and world.distributed:
         store.wait(n_chunks)        # not in the gather: it would time out on a slow rank
@@ -219,6 +269,11 @@ def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.9
     for task, rs in by_task.items():
         summary = aggregate([(r["n"], r["c"]) for r in rs], iters=iters, confidence=confidence,
                             seed=seed)
+        if all("maj@k" in r for r in rs):      # a benchmark whose scoring extracts answers
+            maj = [r["maj@k"] for r in rs]
+            summary["maj@k"] = sum(maj) / len(maj)
+            summary["maj@k_ci"] = list(bootstrap_ci(maj, iters=iters, confidence=confidence,
+                                                    seed=seed))
         if task in tasks.RATINGS:
             summary["rating"] = tasks.rating(task, rs)
         out[task] = summary
@@ -302,7 +357,8 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
             samples=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
             workers=cfg.workers, keep_completions=cfg.keep_completions, world=world,
-            store=stores[-1])
+            store=stores[-1], label=cfg.benchmark + (f" rank {world.rank}" if world.distributed
+                                                     else ""))
         summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
                    "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
                    "seconds": round(time.time() - t0, 3)}

@@ -3,6 +3,9 @@
 Per problem, with `n` samples of which `c` are correct:
 
 - avg@n = c / n, the mean score of the samples (= pass@1 under the unbiased estimator);
+- maj@k (k = n), for benchmarks whose scoring extracts an answer: 1 when the answer most of the
+  n samples give (compared as text; ties go to the one drawn first; a sample without an answer
+  votes for nothing) is a correct one (`majority_correct`);
 - pass@k = 1 - C(n-c, k) / C(n, k), the unbiased estimator of Chen et al. (2021) for the chance
   that at least one of k samples drawn without replacement from the n is correct. It is computed
   in the numerically stable product form 1 - prod_{i=n-c+1..n} (1 - k/i), and is 1 exactly when
@@ -15,6 +18,7 @@ inputs always give the same interval) gives the confidence interval.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -51,6 +55,20 @@ def avg_at_n(n: int, c: int) -> float:
     """Mean sample score, c / n (the same as pass@1)."""
     _check_counts(n, c)
     return c / n
+
+
+def majority_correct(answers: Sequence[str | None], scores: Sequence[float]) -> float:
+    """maj@k of one problem: 1.0 when the most common extracted answer among its samples (ties:
+    the one drawn first; None, no answer, votes for nothing) is that of a correct sample (score
+    >= 0.5), else 0.0. answers and scores: one per sample, in sample order."""
+    if len(answers) != len(scores):
+        raise ValueError(f"{len(answers)} answers but {len(scores)} scores")
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return 0.0
+    top = max(votes.values())
+    winner = next(i for i, a in enumerate(answers) if a is not None and votes[a] == top)
+    return float(scores[winner] >= 0.5)
 
 
 def default_ks(n: int) -> list[int]:

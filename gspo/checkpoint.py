@@ -179,7 +179,7 @@ def model_fingerprint(model: str) -> str:
 def lineage(cfg_dict: dict) -> dict:
     """What a run is made from: its config (less the fields that may change on resume) and its
     starting model (`cfg_dict["model"]`)."""
-    d = {k: v for k, v in cfg_dict.items() if k not in ("threads", "resume")}
+    d = {k: v for k, v in cfg_dict.items() if k not in ("threads", "resume", "log_samples_every")}
     return {"config": config_hash(d), "model": model_fingerprint(cfg_dict["model"])}
 
 
@@ -208,7 +208,7 @@ def check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
     if not info_path.exists():
         return
     old = json.loads(info_path.read_text()).get("config", {})
-    free = {"steps", "resume", "threads", "out_dir"}
+    free = {"steps", "resume", "threads", "out_dir", "log_samples_every"}
     # A field the older run did not have yet counts as unchanged (it ran with the default).
     diff = sorted(k for k in set(old) & set(cfg_dict) if k not in free and old[k] != cfg_dict[k])
     if diff:

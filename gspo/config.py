@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from gspo.fields import ConfigError, check, option
 from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
-ALGORITHMS = tuple(OBJECTIVES)     # the config's `algorithm`: gspo.objectives registers them
 
 
 @dataclass
@@ -204,9 +203,8 @@ class RLConfig(TrainConfig):
     the compared methods; clip ranges, aggregation and advantage scaling default to each
     method's paper setting."""
 
-    algorithm: str = option("gspo", "the objective: grpo (token-level ratio), gspo (sequence-"
-                            "level), gspo_token, dapo, dr_grpo, cispo, gmpo or sapo "
-                            "(gspo.objectives.OBJECTIVES)")
+    algorithm: str = option("gspo", f"the objective, one of {', '.join(OBJECTIVES)} "
+                            "(gspo.objectives.OBJECTIVES registers them)")
     engine: str = option("native", "the trainer: 'native' (this project's, FSDP2 + torchrun), "
                          "'trl' (TRL's GRPOTrainer) or 'verl' (verl's PPO trainer in its own "
                          "environment, the workflow's verl rule); docs/ENGINES.md maps each field")
@@ -307,11 +305,15 @@ class RLConfig(TrainConfig):
     resume: bool = option(True, "continue from the latest complete checkpoint in out_dir if any")
     max_consecutive_nonfinite: int = option(3, "stop after this many non-finite updates in a row")
     seed: int = option(0, "seed of prompt sampling, rollouts and minibatch order")
+    log_samples_every: int = option(8, "every this many steps, the step's samples (prompt, "
+                                    "completion, reward, advantage, ratio, clipped share) to "
+                                    "out_dir/samples/step_<S>.jsonl and the MLflow run "
+                                    "(gspo.samples; 0: off)")
     verl: VerlConfig = option(VerlConfig(), "engine: verl only: its backend and parallel layout")
 
     def __post_init__(self):
-        check(self.algorithm in ALGORITHMS, "algorithm",
-               f"must be one of {sorted(ALGORITHMS)}, got {self.algorithm!r}")
+        check(self.algorithm in OBJECTIVES, "algorithm",
+               f"must be one of {sorted(OBJECTIVES)}, got {self.algorithm!r}")
         check(self.engine in ("native", "trl", "verl"), "engine",
               f"must be 'native', 'trl' or 'verl', got {self.engine!r}")
         super().__post_init__()
@@ -334,6 +336,7 @@ class RLConfig(TrainConfig):
         check(self.ckpt_every > 0, "ckpt_every", "must be > 0")
         check(self.peak_flops >= 0, "peak_flops", f"must be >= 0 (0: no MFU), got {self.peak_flops}")
         check(self.keep_last >= 0, "keep_last", f"must be >= 0 (0: keep all), got {self.keep_last}")
+        check(self.log_samples_every >= 0, "log_samples_every", "must be >= 0 (0: off)")
         check(self.old_logprobs in ("recompute", "rollout"), "old_logprobs",
                f"must be 'recompute' or 'rollout', got {self.old_logprobs!r}")
         check(self.old_logprobs == "recompute" or self.top_p == 1.0, "old_logprobs",

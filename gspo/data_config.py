@@ -52,6 +52,21 @@ class CodeDataConfig:
 
 
 @dataclass
+class GeneratedDataConfig:
+    """Generated problems of a benchmark whose generator takes no settings but the split's size
+    (evaluators.tasks: `generate(n, split=, seed=, test_fraction=)`); a new benchmark's
+    section (docs/EXTENDING.md)."""
+
+    sft_n: int = option(1000, "worked problems for SFT (train split)")
+    rl_n: int = option(1000, "RL prompts (train split)")
+    test_n: int = option(100, "held-out problems (test split)")
+
+    def __post_init__(self):
+        for name in ("sft_n", "rl_n", "test_n"):
+            check(getattr(self, name) > 0, name, f"must be > 0, got {getattr(self, name)}")
+
+
+@dataclass
 class TaskFiles:
     """Real data for one task instead of generated problems: each split that names a source is
     read with the benchmark's own loader (evaluators.<task>.load: a local .json/.jsonl/.parquet

@@ -23,13 +23,17 @@ from gspo.tracking import RUN_FILE, Tracking
 
 def eval_metrics(bench: str, summary: dict, prefix: str) -> dict[str, float]:
     """Flat MLflow metrics of one benchmark's summary: <prefix>pass_at_1 (= avg@n), its CI,
-    pass_at_<k> for each k, cf's rating."""
+    pass_at_<k> for each k, maj_at_k (k = the samples, where the benchmark extracts answers) and
+    its CI, cf's rating."""
     s = summary["benchmarks"][bench]
     m = {f"{prefix}pass_at_1": s["avg@n"], f"{prefix}pass_at_1_ci_low": s["avg@n_ci"][0],
          f"{prefix}pass_at_1_ci_high": s["avg@n_ci"][1], f"{prefix}n_problems": s["n_problems"]}
     for k, v in s.items():
         if k.startswith("pass@") and not k.endswith("_ci") and k not in ("pass@k", "pass@1"):
             m[f"{prefix}pass_at_{k[5:]}"] = v
+    if "maj@k" in s:
+        m.update({f"{prefix}maj_at_k": s["maj@k"], f"{prefix}maj_at_k_ci_low": s["maj@k_ci"][0],
+                  f"{prefix}maj_at_k_ci_high": s["maj@k_ci"][1]})
     rating = s.get("rating")
     if isinstance(rating, dict) and rating.get("rating") is not None:
         m[f"{prefix}rating"] = rating["rating"]

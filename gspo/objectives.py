@@ -1,7 +1,8 @@
 """The RL objectives as pure tensor functions, registered by name in OBJECTIVES: the config's
 `algorithm` picks one, and its paper's clip range, aggregation and advantage scaling are the
-defaults. Adding an objective: write its surrogate below and register it; the config, the
-trainer, the report and the tests reach it by name.
+defaults (and the names TRL and verl give it, if any). Adding an objective: write its surrogate
+below and register it; the config, the trainer, the engines' maps, the report and the tests
+reach it by name (docs/EXTENDING.md walks through one).
 
 Shapes: B sequences (prompt-major groups: the G samples of a prompt are adjacent), T response
 positions. `mask` is 1.0 on real response tokens, 0.0 on padding. w_it = exp(logp_it - old_it).
@@ -170,24 +171,31 @@ class Objective:
     overlong_fraction: float = 0.0     # DAPO's soft overlong punishment over this share of the
                                        # longest response (its paper: 4096 of 20480)
     dynamic_sampling: bool = False     # DAPO's: only groups whose rewards differ (gspo.shaping)
+    # The engines' names for it ("": that engine has none, and refuses it):
+    trl: str = ""        # TRL 1.16: "token" / "sequence" (its importance_sampling_level, the
+                         # loss_type from `agg`) or a loss_type of its own ("cispo", "sapo")
+    verl: str = ""       # verl 0.9.1: its actor.policy_loss.loss_mode
 
 
 OBJECTIVES: dict[str, Objective] = {
     # GRPO's clip range as the GSPO paper's tuned baseline (section 5.1)
-    "grpo": Objective(token_clip, (0.2, 0.27)),
-    "gspo": Objective(sequence_clip, (3e-4, 4e-4), per_token_adv=False),
-    "gspo_token": Objective(sequence_token_clip, (3e-4, 4e-4)),
+    "grpo": Objective(token_clip, (0.2, 0.27), trl="token", verl="vanilla"),
+    "gspo": Objective(sequence_clip, (3e-4, 4e-4), per_token_adv=False, trl="sequence",
+                      verl="gspo"),
+    # verl's gspo is written as GSPO-token (equal to GSPO with one advantage per sequence)
+    "gspo_token": Objective(sequence_token_clip, (3e-4, 4e-4), verl="gspo"),
     # DAPO (Yu et al. 2025, arXiv 2503.14476, section 3.1 clip-higher, 3.3 token-level loss)
     "dapo": Objective(token_clip, (0.2, 0.28), agg="token-mean", mask_truncated=True,
-                      overlong_fraction=0.2, dynamic_sampling=True),
+                      overlong_fraction=0.2, dynamic_sampling=True, trl="token", verl="vanilla"),
     # Dr. GRPO (Liu et al. 2025, arXiv 2503.20783, section 3.1): no std scaling, no per-sequence
     # length normalisation (a constant, the longest response, in its place)
-    "dr_grpo": Objective(token_clip, (0.2, 0.2), agg="seq-mean-token-sum-norm", adv_scale="none"),
+    "dr_grpo": Objective(token_clip, (0.2, 0.2), agg="seq-mean-token-sum-norm", adv_scale="none",
+                         trl="token", verl="vanilla"),
     # CISPO: no lower bound; the upper one ScaleRL's (arXiv 2510.13786) eps_max = 5, i.e. 1 + 4
-    "cispo": Objective(cispo, (1.0, 4.0), agg="token-mean"),
+    "cispo": Objective(cispo, (1.0, 4.0), agg="token-mean", trl="cispo", verl="cispo"),
     # GMPO: clip range (e^-0.4, e^0.4) on the token ratio (section 4)
-    "gmpo": Objective(gmpo, (0.4, 0.4)),
-    "sapo": Objective(sapo, (0.0, 0.0), clipped=False),
+    "gmpo": Objective(gmpo, (0.4, 0.4), verl="geo_mean"),
+    "sapo": Objective(sapo, (0.0, 0.0), clipped=False, trl="sapo", verl="sapo"),
 }
 DEFAULT_EPS = {name: o.eps for name, o in OBJECTIVES.items()}
 
@@ -275,6 +283,27 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     with torch.no_grad():
         metrics = _loss_metrics(is_clipped, m, log_ratio, ratios, hp.clamp, kl_ref)
     return loss, metrics
+
+
+def sample_stats(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                 mask: torch.Tensor, *, objective: str, eps_low: float = 0.0,
+                 eps_high: float = 0.0, log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
+                 tau_pos: float = 1.0, tau_neg: float = 1.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """What `objective`'s surrogate makes of each sequence, for reading samples (no gradient):
+    its sequence ratio s_i = exp(mean_t log w_it) (B,), and the share of its tokens whose term
+    the clip acted on (B,). logp, old_logp, mask: (B, T); advantages (B,) or (B, T)."""
+    with torch.no_grad():
+        B, T = logp.shape
+        valid = mask > 0                                                     # (B, T)
+        lengths = valid.to(logp.dtype).sum(dim=1).clamp(min=1)              # (B,)
+        log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))
+        adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1
+               else advantages).to(logp.dtype)                               # (B, T)
+        hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
+        _, clipped, _ = OBJECTIVES[objective].surrogate(
+            log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp)
+        ratio = torch.exp(_sequence_log_ratio(log_ratio, lengths, hp))      # (B,)
+        return ratio, clipped.to(logp.dtype).sum(dim=1) / lengths
 
 
 def _check(logp, old_logp, mask, objective: str, agg: str, norm_len: int) -> None:

@@ -44,6 +44,9 @@ class OldPolicy:
     adv: torch.Tensor                    # (B,) advantages
     routing: moe.Routing | None          # MoE: the old top-k experts to replay, or None
     is_weights: torch.Tensor | None      # (B, T) rollout-correction weights, or None
+    # (B, 2) on a step whose samples are logged (gspo.samples): each row's sequence ratio and
+    # clipped-token share, written at each of its updates (the last one stays), else None
+    samples: torch.Tensor | None = None
 
 
 @dataclasses.dataclass
@@ -211,6 +214,12 @@ def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
         tau_neg=cfg.sapo_tau_neg, norm_len=cfg.max_new_tokens, ref_logp=ref_logp,
         kl_coef=cfg.kl_coef, is_weights=None if old.is_weights is None
         else old.is_weights[idx][:, :logp.shape[1]])
+    if old.samples is not None:           # what the update made of each sample, to read
+        ratio, clip = objectives.sample_stats(
+            logp.detach(), old_logp, old.adv[idx], sub["target_mask"], objective=cfg.algorithm,
+            eps_low=cfg.eps_low, eps_high=cfg.eps_high, log_ratio_clamp=cfg.log_ratio_clamp,
+            tau_pos=cfg.sapo_tau_pos, tau_neg=cfg.sapo_tau_neg)
+        old.samples[idx.to(old.samples.device)] = torch.stack([ratio, clip], 1).to(old.samples)
     if lrn.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
         aux = hooks.aux_loss(sub["attention_mask"])
         loss = loss + cfg.router_aux_loss_coef * aux

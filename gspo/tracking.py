@@ -206,6 +206,13 @@ def _active_for(folder: pathlib.Path) -> "StageRun | None":
     return None
 
 
+def log_artifact(out_dir, path, artifact_path: str) -> None:
+    """`path` as an artifact of the stage run tracking `out_dir`, if one is (gspo.samples)."""
+    run = _active_for(pathlib.Path(out_dir))
+    if run is not None:
+        run.log_artifact(path, artifact_path)
+
+
 def _warn(msg: str) -> None:
     print(f"tracking: {msg}", file=sys.stderr, flush=True)
 
@@ -251,6 +258,17 @@ class StageRun:
         except Exception as e:  # noqa: BLE001 - tracking must never stop training
             self._broken = True
             _warn(f"MLflow logging stopped ({type(e).__name__}: {e}); metrics.jsonl has everything")
+
+    def log_artifact(self, path, artifact_path: str) -> None:
+        """`path` as an artifact of the run now (one logged again under its name replaces it);
+        a failure is a warning, never the stage's end, and stops nothing else."""
+        if not self.enabled or self._broken:
+            return
+        try:
+            self._ensure_run()
+            retry(self._client.log_artifact, self.run_id, str(path), artifact_path)
+        except Exception as e:  # noqa: BLE001 - tracking must never stop training
+            _warn(f"could not log {path} ({type(e).__name__}: {e}); it stays in {self.out_dir}")
 
     def flush(self, upto: int | None = None) -> None:
         """Send buffered records with step <= upto (all when None). They leave the buffer only

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import moe, objectives, policy_update, shaping, step_metrics, tokens
+from gspo import moe, objectives, policy_update, samples, shaping, step_metrics, tokens
 from gspo.checkpoint import STATE, latest_checkpoint, publish_model, run_info, write_run_info
 from gspo.config import RLConfig
 from gspo.fields import to_dict
@@ -64,6 +64,7 @@ class Trainer:
         self.engine_routing = None       # MoE: what the rollout engine's routers picked
         self.is_weights = None           # the step's rollout-correction weights (gspo.shaping)
         self.sampled = {}                # the step's dynamic-sampling metrics (gspo.shaping)
+        self.sample_stats = None         # a logged step's per-sample ratio and clip (gspo.samples)
         # non-finite updates in a row, over steps (gspo.policy_update)
         self.nonfinite = policy_update.NonfiniteStreak(cfg.max_consecutive_nonfinite)
         # The torch engine reports its routing on MoE models: replayed with
@@ -238,7 +239,10 @@ class Trainer:
         the step's old routing and correction weights (gspo.policy_update.update)."""
         lrn = policy_update.Learner(self.cfg, self.world, self.policy, self.opt, self.ref,
                                     self.is_moe)
-        old = policy_update.OldPolicy(old_logp, adv, self.old_routing, self.is_weights)
+        self.sample_stats = (torch.full((len(adv), 2), float("nan"))
+                             if samples.due(self.cfg.log_samples_every, step + 1) else None)
+        old = policy_update.OldPolicy(old_logp, adv, self.old_routing, self.is_weights,
+                                      self.sample_stats)
         upd, skipped, first = policy_update.update(lrn, batch, old, step, rows, self.nonfinite)
         self.state["nonfinite_skips"] += skipped
         return upd, skipped, first
@@ -294,6 +298,7 @@ class Trainer:
         self.is_weights = sh.is_weights
         t2 = time.perf_counter()
         upd, skipped, first = self.update(sh.train, old_logp, sh.advantages, step, rows=rows)
+        self._log_samples(step + 1, prompts, comps, rewards, sh.advantages)
         if pass_rows is not None and "idx" in first:   # the rows the pass left to the update
             entropy[first["idx"]] = first["entropy"]
         self._sync_engine()
@@ -320,6 +325,16 @@ class Trainer:
             "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
             **upd, **moe_rec, **mfu, **sh.metrics, **self.sampled, **self.state,
         }
+
+    def _log_samples(self, step: int, prompts, comps, rewards, adv) -> None:
+        """Rank 0's samples of a step whose samples are logged (gspo.samples)."""
+        if self.sample_stats is None or not self.world.main:
+            return
+        dec = self.codec.decode
+        samples.write(self.out, step, samples.rows(
+            step, [dec(p) for p in prompts], [dec(c.token_ids) for c in comps],
+            rewards.tolist(), adv.tolist(), self.sample_stats.tolist(),
+            [len(c.token_ids) for c in comps], [c.finish_reason for c in comps]))
 
     def _moe_record(self, batch, first) -> dict:
         """The step's MoE metrics (none on a dense model); forgets the step's routings."""

@@ -34,14 +34,14 @@ import torch
 
 from gspo import checkpoint as ckpt
 from gspo import distributed as dist
-from gspo import step_metrics, trl_batch, trl_fsdp
+from gspo import samples, step_metrics, trl_batch, trl_fsdp
 from gspo.config import ConfigError, RLConfig, RolloutConfig
 from gspo.fields import Refusals, to_dict
 from gspo.data import Mix
 from gspo.errors import TrainingError
 from gspo.flops import FlopCounter
 from gspo.io import write_json
-from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
+from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 from gspo.tracking import MetricsLog
 from gspo.trl_fields import FIELDS  # noqa: F401  (RLConfig field -> TRL; docs/ENGINES.md)
 
@@ -52,7 +52,10 @@ METRICS = {"reward": "reward_mean", "reward_std": "reward_std",
            "grad_norm": "grad_norm", "loss": "loss", "learning_rate": "lr"}
 LOSS_TYPE = {"seq-mean-token-mean": "grpo", "token-mean": "bnpo",
              "seq-mean-token-sum-norm": "dr_grpo"}
-SEQUENCE_LEVEL = ("gspo",)     # TRL's clip fraction then counts sequences (clip_frac_seqs)
+# the objectives TRL has (gspo.objectives.Objective.trl), and those at its sequence level, whose
+# clip fraction TRL counts in sequences (clip_frac_seqs)
+TRL_OBJECTIVES = tuple(name for name, o in OBJECTIVES.items() if o.trl)
+SEQUENCE_LEVEL = tuple(name for name, o in OBJECTIVES.items() if o.trl == "sequence")
 ENGINE = "engine: trl"
 
 
@@ -62,9 +65,9 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     out = Refusals()
     need = out.need
 
-    need(cfg.algorithm in ("grpo", "gspo", "dapo", "dr_grpo", "cispo", "sapo"), "algorithm",
+    need(cfg.algorithm in TRL_OBJECTIVES, "algorithm",
          f"{cfg.algorithm!r}: TRL has no such objective (gspo_token: no GSPO-token level; "
-         "gmpo: no geometric mean); use grpo, gspo, dapo, dr_grpo, cispo or sapo")
+         f"gmpo: no geometric mean); use one of {', '.join(TRL_OBJECTIVES)}")
     if cfg.algorithm == "cispo":
         need(cfg.agg == "token-mean", "agg", "TRL's cispo aggregates by tokens only: token-mean")
         need(cfg.eps_low >= 1.0, "eps_low", "TRL's CISPO has no lower bound: set 1.0")
@@ -120,7 +123,8 @@ def grpo_args(cfg: RLConfig, world_size: int = 1, prompt_len: int = 0) -> dict:
         raise ConfigError(f"micro_batch_size: {micro} does not divide the minibatch of {mb} "
                           f"sequences ({ENGINE})")
     accum = mb // micro
-    loss_type = {"cispo": "cispo", "sapo": "sapo"}.get(cfg.algorithm, LOSS_TYPE[cfg.agg])
+    form = OBJECTIVES[cfg.algorithm].trl          # token / sequence, or a loss_type of TRL's own
+    loss_type = LOSS_TYPE[cfg.agg] if form in ("token", "sequence") else form
     eps_high = 1.0 + cfg.eps_high if cfg.algorithm == "cispo" else cfg.eps_high
     return dict(
         loss_type=loss_type,
@@ -174,6 +178,7 @@ class _Run:
     old_pass: int = 0                        # 1 when TRL makes an old-log-prob pass
     rollout: object = None                   # rollout.engine vllm: gspo.trl_rollout.Rollout
     sharding: str = "none"                   # gspo.trl_fsdp.sharding: fsdp2 on several ranks
+    step: int = 0                            # rollout steps whose samples the reward saw
 
     def add_pending(self) -> float:
         """The ranks' compute and tokens since the last record, summed into the counters;
@@ -200,6 +205,11 @@ def _reward(reward_fn, prompt_len: dict, flops: FlopCounter, run: _Run, old_pass
         run.pending[2] += resp * epochs
         out = reward_fn([json.loads(r) for r in record], list(completions))
         run.clock["rollout_end"] = time.perf_counter()
+        run.step += 1                   # TRL scores each rollout step's samples in one call
+        if run.world.main and samples.due(run.cfg.log_samples_every, run.step):
+            samples.write(run.cfg.out_dir, run.step, samples.rows(
+                run.step, list(prompts), list(completions), out,
+                lengths=[len(c) for c in completion_ids]))
         return out
 
     return reward
@@ -341,7 +351,7 @@ def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib
     st = (torch.load(resume_from / ckpt.STATE, weights_only=False) if resume_from is not None
           else {"step": 0, "counters": {"compute_flops": 0.0, "tokens_generated": 0,
                                          "tokens_trained": 0, "wall_s": 0.0}})
-    run = _Run(cfg, world, None, dict(st["counters"]))
+    run = _Run(cfg, world, None, dict(st["counters"]), step=st["step"])
     if world.main:
         run.log = MetricsLog(out / "metrics.jsonl",
                              resume_step=st["step"] if resume_from is not None else None)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 # RLConfig field -> what it becomes in TRL (docs/ENGINES.md's table)
 FIELDS: dict[str, str] = {
-    "algorithm": "`loss_type`, `importance_sampling_level`: grpo, gspo (sequence level), dapo, "
-                 "dr_grpo, cispo, sapo; gspo_token and gmpo refused",
+    "algorithm": "`loss_type`, `importance_sampling_level`: the objective's TRL form "
+                 "(gspo.objectives.Objective.trl, docs/OBJECTIVES.md's TRL column); one "
+                 "without one refused",
     "engine": "this engine",
     "model": "the model TRL trains",
     "out_dir": "`output_dir` = out_dir/trl; checkpoints/, metrics.jsonl, model/ by the harness",
@@ -71,6 +72,10 @@ FIELDS: dict[str, str] = {
     "max_consecutive_nonfinite": "stops after this many steps in a row with a non-finite loss or "
                                  "gradient norm (TRL applies such updates; it does not skip them)",
     "seed": "`seed`",
+    "log_samples_every": "the harness: every this many rollout steps, the samples TRL's reward "
+                         "function gets (prompt, completion, reward; no advantage, ratio or clip) "
+                         "to samples/ and MLflow as gspo.samples writes them (TRL's own "
+                         "`log_completions` goes to wandb or trackio only)",
     "device": "`use_cpu` for cpu, else accelerate's device",
     "threads": "torch.set_num_threads",
     "verl": "engine: verl's settings (RLConfig refuses them with any other engine)",

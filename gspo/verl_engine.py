@@ -30,23 +30,25 @@ from gspo import checkpoint as ckpt
 from gspo.config import ConfigError, RLConfig
 from gspo.fields import Refusals, to_dict
 from gspo.io import write_json
-from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP
+from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
 ENGINE = "engine: verl"
 DUAL_CLIP_OFF = 1e9     # verl's clip_ratio_c; this project's objectives have no dual clip
-LOSS_MODE = {"grpo": "vanilla", "gspo": "gspo", "gspo_token": "gspo", "dapo": "vanilla",
-             "dr_grpo": "vanilla", "cispo": "cispo", "gmpo": "geo_mean", "sapo": "sapo"}
+# objective -> verl's policy_loss.loss_mode, from the registry (gspo.objectives.Objective.verl)
+LOSS_MODE = {name: o.verl for name, o in OBJECTIVES.items() if o.verl}
 CORRECTION = {"token_truncate": "token", "token_mask": "token",
               "sequence_truncate": "sequence", "sequence_mask": "sequence"}
 BETAS = (0.9, 0.99)     # Adam's, as the native trainer's
 JOB = "verl"            # out_dir/verl: the parquet, the overrides, verl's checkpoints and logs
 DONE = "done.json"      # written by the launcher once verl's trainer has finished
 
+
+
 # RLConfig field -> what it becomes in verl (docs/ENGINES.md's table)
 FIELDS: dict[str, str] = {
-    "algorithm": "`actor.policy_loss.loss_mode`: grpo, dapo, dr_grpo: vanilla; gspo, gspo_token: "
-                 "gspo (verl's is the GSPO-token form, equal with one advantage per sequence); "
-                 "cispo; gmpo: geo_mean; sapo; `algorithm.adv_estimator=grpo`",
+    "algorithm": "`actor.policy_loss.loss_mode`: the objective's verl loss (LOSS_MODE, from "
+                 "gspo.objectives.Objective.verl: docs/OBJECTIVES.md's verl column); one "
+                 "without one refused; `algorithm.adv_estimator=grpo`",
     "engine": "this engine",
     "model": "`actor_rollout_ref.model.path`",
     "out_dir": "`trainer.default_local_dir` = out_dir/verl/checkpoints; checkpoints/, "
@@ -116,6 +118,9 @@ FIELDS: dict[str, str] = {
     "max_consecutive_nonfinite": "checked on verl's log when the run is collected: a run with "
                                  "this many non-finite losses or gradient norms in a row fails",
     "seed": "`data.seed`, `actor.data_loader_seed`, `rollout.seed`",
+    "log_samples_every": "`trainer.rollout_data_dir` = out_dir/verl/rollouts when above 0: verl "
+                         "dumps every step's samples (input, output, score) there as "
+                         "<step>.jsonl, in its own layout (every step, not every N)",
     "device": "refused unless cuda (verl runs on CUDA, NPU or ROCm GPUs only)",
     "threads": "torch threads of the harness's collect step",
     "verl": "strategy fsdp | megatron; megatron `tensor_model_parallel_size`, "
@@ -130,6 +135,8 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     out = Refusals()
     need = out.need
 
+    need(cfg.algorithm in LOSS_MODE, "algorithm", f"{cfg.algorithm!r}: verl has no such policy "
+         f"loss; use one of {', '.join(LOSS_MODE)}")
     for field in ("logprob_chunk", "overlong_buffer", "dynamic_sampling",
                   "dynamic_sampling_max_rounds", "mask_truncated", "peak_flops"):
         need(d[field] in (base[field], 0, False), field,
@@ -219,6 +226,8 @@ def overrides(cfg: RLConfig, job_dir, *, max_prompt_length: int = 1024,
         "trainer.save_freq": cfg.ckpt_every, "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.default_local_dir": str(job / "checkpoints"),
+        # verl dumps every step's samples there (its layout), when samples are logged at all
+        **({"trainer.rollout_data_dir": str(job / "rollouts")} if cfg.log_samples_every else {}),
         "trainer.resume_mode": "auto" if cfg.resume else "disable",
         "trainer.logger": ["console", "file"],
         "trainer.project_name": "gspo-bench",

@@ -10,7 +10,8 @@ workflow's aggregation step, `pipeline.report` and a store copied to another mac
   clip_frac_tokens_offpolicy, compute_flops, ...) and the evaluation scores the workflow logged
   into them (eval/<bench>/pass_at_1 and its CI at each checkpoint's step; step 0 = the SFT model);
 - eval runs (tag stage=eval): one per checkpoint and benchmark, with their per-problem
-  results.jsonl artifact (the basis of the final-score intervals);
+  results.jsonl artifact (the basis of the final-score intervals: pass@1, pass@k and, where the
+  benchmark extracts answers, maj@k);
 - the SFT run (tag stage=sft) and every run's provenance tags (git commit, versions, data hashes,
   the command).
 
@@ -66,7 +67,7 @@ def _run_record(run) -> dict:
             "params": dict(run.data.params)}
 
 
-def _download_results(cl, run_id: str) -> list[dict]:
+def download_results(cl, run_id: str) -> list[dict]:
     """The eval run's results.jsonl artifact (per-problem scores), [] when absent."""
     from gspo.tracking import retry
 
@@ -121,11 +122,15 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
                "ci_high": m.get("pass_at_1_ci_high"), "compute_flops": m.get("compute_flops"),
                "rating": m.get("rating"), "n_problems": m.get("n_problems")}
         if with_problems:
-            results = _download_results(cl, rec["run_id"])
+            results = download_results(cl, rec["run_id"])
             rec["problems"] = {r["id"]: r["avg@n"] for r in results}
             # each sample's score, in sample order: the curves take every evaluation's first k
             # (pipeline.report.curves; the draws nest: evaluators.evaluation)
             rec["samples"] = {r["id"]: r["scores"] for r in results if "scores" in r}
+            # pass@k and maj@k (answer-type benchmarks) per problem, k its samples
+            rec["pass_k"] = {r["id"]: r["pass@k"] for r in results if "pass@k" in r}
+            rec["maj"] = {r["id"]: r["maj@k"] for r in results if "maj@k" in r}
+            rec["k"] = min((r["n"] for r in results), default=None)
             if rec["benchmark"] == "cf":      # the problems' ratings, for the Elo estimate
                 rec["ratings"] = {r["id"]: r["rating"] for r in results
                                   if r.get("rating") is not None}

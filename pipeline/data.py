@@ -1,6 +1,6 @@
 """Stage: generate the task data. `python -m pipeline.data --config FILE`.
 
-For every task in `cfg.tasks` (aime, lcb, cf) writes `<out_dir>/<task>_sft.jsonl` (worked problems
+For every task in `cfg.tasks` (a benchmark of evaluators.tasks) writes `<out_dir>/<task>_sft.jsonl` (worked problems
 for SFT, train split), `<task>_rl.jsonl` (RL prompts, train split) and `<task>_test.jsonl` (the
 held-out evaluation set, test split). Splits are disjoint by construction (each generator decides
 a problem's split by a hash of its text); everything is deterministic in `cfg.seed`.
@@ -56,17 +56,17 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
     set measures (pipeline.report.curves compares them)."""
     split = "test" if part == "test" else "train"
     seed = cfg.seed + (1 if part == "rl" else 0)
+    section = getattr(cfg, task)            # the task's section of DataGenConfig
+    n = getattr(section, f"{part}_n")
     if task == "aime":
-        a = cfg.aime
-        n, steps = {"sft": (a.sft_n, a.sft_steps), "rl": (a.rl_n, a.rl_steps),
-                    "test": (a.test_n, a.test_steps)}[part]
-        recs = aime_set(n, steps, split=split, seed=seed, cfg=cfg)
-        if part == "sft" and a.sft_unboxed:
+        recs = aime_set(n, getattr(section, f"{part}_steps"), split=split, seed=seed, cfg=cfg)
+        if part == "sft" and section.sft_unboxed:
             pick = random.Random(f"sft-unboxed:{cfg.seed}")
-            recs = [aime.without_box(r) if pick.random() < a.sft_unboxed else r for r in recs]
-    else:
-        recs = code_set(task, getattr(getattr(cfg, task), f"{part}_n"), split=split, seed=seed,
-                        cfg=cfg)
+            recs = [aime.without_box(r) if pick.random() < section.sft_unboxed else r for r in recs]
+    elif task in ("lcb", "cf"):
+        recs = code_set(task, n, split=split, seed=seed, cfg=cfg)
+    else:                                   # a GeneratedDataConfig: the split's size alone
+        recs = module(task).generate(n, split=split, seed=seed, test_fraction=cfg.test_fraction)
     if part == "test":
         random.Random(f"test-order:{cfg.seed}:{task}").shuffle(recs)
     return recs

@@ -102,8 +102,9 @@ def main(argv=None) -> int:
         return 0
     for b, summary in summaries.items():
         s = summary["benchmarks"][b]
+        maj = f" maj@{s['k']}={s['maj@k']:.4f}" if "maj@k" in s else ""
         print(f"{b}: avg@{s['samples_per_problem']}={s['avg@n']:.4f} pass@{s['k']}="
-              f"{s['pass@k']:.4f} ({s['n_problems']} problems, {s['n_samples']} samples, "
+              f"{s['pass@k']:.4f}{maj} ({s['n_problems']} problems, {s['n_samples']} samples, "
               f"{summary['seconds']:.1f} s)", flush=True)
     return 0
 

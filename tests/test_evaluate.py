@@ -69,6 +69,13 @@ def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(me
     assert s["n_problems"] == 3 and s["n_samples"] == 9 and s["k"] == 3
     assert s["avg@n"] == pytest.approx(1 / 3) and s["pass@k"] == pytest.approx(1 / 3)
     assert s["avg@n_ci"][0] <= 1 / 3 <= s["avg@n_ci"][1]
+    # maj@k: the right one's majority answer is right, the wrong one's wrong, no answer: 0
+    assert [row["maj@k"] for row in rows] == [1.0, 0.0, 0.0]
+    assert right["answers"] == [str(problems[0]["answer"])] * 3 and unboxed["answers"] == [None] * 3
+    assert s["maj@k"] == pytest.approx(1 / 3) and f"maj@3={1 / 3:.4f}" in r.stdout
+    # the kept completions come with what the side-by-side view shows beside them
+    assert right["prompt"] == problems[0]["prompt"] and right["answer"] == str(problems[0]["answer"])
+    assert "aime: 3/3 problems (100%)" in r.stderr       # the progress line
     assert summary["settings"]["samples"] == 3 and summary["settings"]["seed"] == 1
     assert summary["config"]["benchmark"] == "aime" and summary["config"]["max_new_tokens"] == 16
     assert not [p for p in (out / "aime").iterdir() if p.name.startswith(".")]   # no temp files
@@ -93,6 +100,18 @@ def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_
         assert res["c"] == sum(res["scores"]) and res["n"] == 4
         assert set(res) >= {"id", "task", "n", "c", "pass@1", "pass@k", "avg@n", "completions"}
         assert all(n <= 12 for n in res["n_tokens"])
+
+
+def test_progress_says_done_of_total_the_sampling_rate_and_the_time_left():
+    import io
+
+    ticks = iter([0.0, 10.0, 20.0, 30.0])
+    p = ev.Progress("aime", 100, stream=io.StringIO(), clock=lambda: next(ticks))
+    assert p.advance(25, sampled=False) == "aime: 25/100 problems (25%), 0.00 problems/s, ETA -"
+    # a resumed chunk counts as done, not in the rate: 25 sampled in 20 s, 50 left at 1.25/s
+    assert p.advance(25) == "aime: 50/100 problems (50%), 1.25 problems/s, ETA 0m40s"
+    assert p.advance(50).startswith("aime: 100/100 problems (100%), 2.50 problems/s, ETA 0m00s")
+    assert p.stream.getvalue().count("\n") == 3
 
 
 def test_the_first_samples_of_a_larger_evaluation_are_the_smaller_evaluation(tiny_model_dir):

@@ -111,3 +111,14 @@ def test_aggregate_limits_k_to_the_fewest_samples_of_any_problem():
     assert s["k"] == 2 and "pass@4" not in s
     with pytest.raises(ValueError, match="fewest samples"):
         aggregate([(4, 1), (2, 1)], ks=[4])
+
+
+def test_majority_vote_takes_the_most_common_answer_and_counts_no_answer_as_no_vote():
+    from evaluators.metrics import majority_correct
+
+    assert majority_correct(["7", "3", "7", None], [1, 0, 1, 0]) == 1.0
+    assert majority_correct(["3", "7", "3", "7"], [0, 1, 0, 1]) == 0.0       # a tie: the first
+    assert majority_correct([None, None, "7"], [0, 0, 1]) == 1.0            # one vote wins
+    assert majority_correct([None, None], [0, 0]) == 0.0
+    with pytest.raises(ValueError):
+        majority_correct(["1"], [1, 0])

@@ -355,9 +355,61 @@ def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(t
     assert "intervals over training runs and problems" in page and "var_share_runs" in page
     assert head["intervals"]["min_runs_for_a_verdict"] == 3
     assert fit["asymptote_var_share_runs"] is not None
-    for name in ("score_vs_compute.png", "final_scores.png"):
-        assert (tmp_path / name).stat().st_size > 0
+    for name in ("score_vs_compute", "final_scores"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+        assert "<svg" in (tmp_path / f"{name}.svg").read_text()      # the vector copy beside it
     assert "asymptote" in (tmp_path / "scaling_fits.csv").read_text()
+
+
+def _k_evals():
+    """Final evaluations of sft, gspo and grpo (2 seeds, 4 samples) on 6 problems, with pass@k,
+    maj@k and, for each seed-0 run, its results.jsonl rows with completions."""
+    evals, rows = [], {}
+    for var, solved in (("sft", 1), ("gspo", 4), ("grpo", 2)):
+        for seed in (0, 1):
+            ids = [f"p{i}" for i in range(6)]
+            probs = {p: float(i < solved) for i, p in enumerate(ids)}
+            run_id = f"{var}-{seed}"
+            evals.append({"variant": var, "algorithm": "gspo" if var == "sft" else var,
+                          "seed": seed, "budget": 0 if var == "sft" else 100,
+                          "step": 0 if var == "sft" else 10, "benchmark": "aime",
+                          "pass_at_1": solved / 6, "ci_low": 0, "ci_high": 1, "run_id": run_id,
+                          "problems": probs, "pass_k": {p: min(1.0, 2 * v) for p, v in probs.items()},
+                          "maj": {p: float(i < solved - seed) for i, p in enumerate(ids)}, "k": 4})
+            rows[run_id] = [{"id": p, "prompt": f"What is {p}?", "answer": "7",
+                             "scores": [probs[p]] * 4, "answers": ["7" if probs[p] else "3"] * 4,
+                             "completions": [f"{var} says <{p}>"] * 4} for p in ids]
+    return evals, rows
+
+
+def test_final_scores_add_pass_at_k_and_maj_at_k_and_paper_tables_and_the_side_by_side(tmp_path):
+    from pipeline.report import files, model, sidebyside, tables
+
+    evals, rows = _k_evals()
+    runs = [dict(_run(v, v, s), tags={}) for v in ("gspo", "grpo") for s in (0, 1)]
+    data = {"experiment": "x", "experiment_id": "1", "tracking_uri": "sqlite:///x.db",
+            "rl": runs, "sft": [], "evals": evals}
+    report = model.from_data("x", data, {"bootstrap_iters": 50})
+    report.side_by_side = sidebyside.side_by_side(report, lambda rid: rows[rid])
+    head = files.write(report, tmp_path)
+    gspo = {r["variant"]: r for r in head["final_scores"]}["gspo"]
+    assert gspo["k"] == 4 and gspo["pass_at_k"] == pytest.approx(8 / 12)
+    assert gspo["maj_at_k"] == pytest.approx(7 / 12)         # seed 0: 4 of 6, seed 1: 3 of 6
+    assert gspo["maj_at_k_ci_low"] <= gspo["maj_at_k"] <= gspo["maj_at_k_ci_high"]
+    md = (tmp_path / "final_scores.md").read_text().splitlines()
+    assert md[0] == "| variant | benchmark | runs | k | pass@1 | pass@k | maj@k | vs SFT | Elo |"
+    assert md[4].startswith(f"| gspo | aime | 2 | 4 | {gspo['pass_at_1']:.3f} [")
+    tex = (tmp_path / "final_scores.tex").read_text()
+    assert r"\toprule" in tex and f"{gspo['maj_at_k']:.3f} [" in tex
+    assert len((tmp_path / "claims.md").read_text().splitlines()) == 2 + len(report.claims)
+    assert tables.latex(["a_b"], [["50% & $1"]], "c", "l").count(r"50\% \& \$1") == 1
+    # GSPO against GRPO where they differ most: p2 and p3 (GSPO solves them, GRPO does not)
+    sbs = json.loads((tmp_path / "side_by_side.json").read_text())
+    assert [(e["variant"], e["baseline"], e["problem"]) for e in sbs] == [
+        ("gspo", "grpo", "p2"), ("gspo", "grpo", "p3"), ("gspo", "grpo", "p0")]
+    assert sbs[0]["samples"][0] == {"completion": "gspo says <p2>", "score": 1.0, "answer": "7"}
+    page = (tmp_path / "index.html").read_text()
+    assert "Completions side by side" in page and "grpo says &lt;p2&gt;" in page
 
 
 def _mixed_size_evals(seeds=(0, 1, 2)):

@@ -123,7 +123,8 @@ def test_a_crashing_rl_run_is_marked_failed_with_its_error(tmp_path, tiny_model_
 def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_same_run(
         tmp_path, tiny_model_dir, aime_prompts):
     db = tmp_path / "mlflow.db"
-    cfg = _write_rl_config(tmp_path, tiny_model_dir, aime_prompts, steps=10, ckpt_every=2)
+    cfg = _write_rl_config(tmp_path, tiny_model_dir, aime_prompts, steps=10, ckpt_every=2,
+                           extra="log_samples_every: 2\n")
     cmd = [sys.executable, "-m", "pipeline.train", "--config", str(cfg),
            "--set", "steps=400"]           # long enough to be killed mid-way
     # stderr goes to a file, not a pipe nobody reads while waiting (a full pipe blocks the
@@ -165,6 +166,11 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
     assert hist == [(rec["step"], rec["reward_mean"]) for rec in rows]
     assert [s for s, _ in hist] == list(range(1, latest + 3))
     assert again.data.tags["resumed_at_step"] == str(latest)
+    # every 2nd step's samples in the run as they were made, those of the resumed steps too
+    arts = {a.path for a in _client(db).list_artifacts(run.info.run_id, "samples")}
+    assert {f"samples/step_{s:06d}.jsonl" for s in range(2, latest + 3, 2)} <= arts
+    last = (tmp_path / "rl" / "samples" / f"step_{latest + 2:06d}.jsonl").read_text().splitlines()
+    assert len(last) == 4 and json.loads(last[0])["step"] == latest + 2
 
 
 def test_experiments_are_created_as_model_training_experiments(tmp_path):

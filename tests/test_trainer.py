@@ -53,10 +53,21 @@ def test_sft_lowers_the_loss_and_writes_a_loadable_model(sft_model):
 
 @pytest.mark.parametrize("algorithm", list(OBJECTIVES))
 def test_each_algorithm_trains_and_logs_the_step_metrics(data, sft_model, tmp_path, algorithm):
-    cfg = rl_cfg(data, sft_model, tmp_path, algorithm=algorithm)
+    cfg = rl_cfg(data, sft_model, tmp_path, algorithm=algorithm, log_samples_every=2)
     out = trainer_mod.run_rl(cfg, rewards)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the samples of every 2nd step, to read: the step's rewards, what the update made of each
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_000002.jsonl",
+                                                                        "step_000004.jsonl"]
+    samples = [json.loads(line) for line in (tmp_path / "samples" / "step_000004.jsonl").open()]
+    assert len(samples) == 16 and {s["step"] for s in samples} == {4}
+    assert sum(s["reward"] for s in samples) / 16 == pytest.approx(rows[3]["reward_mean"])
+    prompts = {json.loads(line)["prompt"] for line in (data / "train.jsonl").open()}
+    assert {s["prompt"] for s in samples} <= prompts and len({s["prompt"] for s in samples}) == 4
+    assert all(0 <= s["clip_frac"] <= 1 and s["ratio"] > 0 for s in samples)
+    # the on-policy first minibatch's 4 samples: ratio exactly 1, the later ones moved off it
+    assert sum(s["ratio"] == 1.0 for s in samples) == 4 and len({s["ratio"] for s in samples}) > 2
     for key in ("reward_mean", "reward_std", "zero_variance_groups", "clip_frac_tokens",
                 "clip_frac_seqs", "ratio_mean", "ratio_min", "ratio_max", "approx_kl", "entropy",
                 "response_length", "grad_norm", "lr", "tokens_generated", "tokens_trained",

@@ -60,7 +60,7 @@ MAPPED = {
 # fields the harness itself honours around TRL (FIELDS says how), and sapo's (mapped for sapo)
 HARNESS = {"engine", "model", "out_dir", "train_data", "prompt", "reward_workers", "keep_last",
            "keep_steps", "resume", "max_consecutive_nonfinite", "threads", "moe_metrics",
-           "peak_flops",
+           "peak_flops", "log_samples_every",
            "sapo_tau_pos", "sapo_tau_neg",
            "verl"}     # engine: verl's settings, which RLConfig refuses with any other engine
 
@@ -168,7 +168,7 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
     from gspo.models import load_model
 
     cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=3, ckpt_every=2,
-                               extra="peak_flops: 1.0e+12\n"))
+                               extra="peak_flops: 1.0e+12\nlog_samples_every: 2\n"))
     seen = []
 
     def reward_fn(records, completions):
@@ -208,6 +208,13 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
         assert r["mfu_update"] == pytest.approx(3 * f / (r["time_update_s"] * 1e12), rel=1e-6)
     assert 0 < flops[0] < flops[1] < flops[2]
     assert json.loads((tmp_path / "rl" / "summary.json").read_text())["engine"] == "trl"
+    # step 2's samples as the reward function saw them, the prompts rendered as TRL got them
+    (logged,) = (tmp_path / "rl" / "samples").iterdir()
+    rows = [json.loads(line) for line in logged.open()]
+    assert logged.name == "step_000002.jsonl" and len(rows) == 8
+    assert [r["reward"] for r in rows] == [float(len(r["completion"]) % 2) for r in rows]
+    assert {r["prompt"] for r in rows} == {rec["prompt"] for rec in mix.sample(2, seed=0, step=1)}
+    assert {r["ratio"] for r in rows} == {None}          # TRL does not say
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from gspo.config import (ConfigError, DataSource, PromptConfig, RLConfig, Rollou
                          VerlConfig)
 from test_conformance_verl import ROOT, run_verl
 
-ALGORITHMS = ("grpo", "gspo", "gspo_token", "dapo", "dr_grpo", "cispo", "gmpo", "sapo")
+ALGORITHMS = tuple(verl_engine.LOSS_MODE)     # every objective verl has (the registry's)
 READ = {"loss_mode": "actor_rollout_ref.actor.policy_loss.loss_mode",
         "low": "actor_rollout_ref.actor.clip_ratio_low",
         "high": "actor_rollout_ref.actor.clip_ratio_high",
@@ -594,6 +594,7 @@ MAPPED = {
                                    router_aux_loss_coef=0.01))],
     "reward_workers": [({}, dict(reward_workers=4))], "ckpt_every": [({}, dict(ckpt_every=5))],
     "resume": [({}, dict(resume=False))], "seed": [({}, dict(seed=3))],
+    "log_samples_every": [({}, dict(log_samples_every=0))],
     "verl": [({}, dict(verl=VerlConfig(strategy="megatron"))),
              ({}, dict(verl=VerlConfig(overrides=["trainer.val_before_train=true"])))],
 }

@@ -33,7 +33,8 @@ from evaluators.evaluation import EvalConfig
 from evaluators.tasks import BENCHMARKS
 
 TASKS_DIR = pathlib.Path(__file__).resolve().parent
-UNSAFE = {"aime": False, "lcb": True, "cf": True}
+# the benchmarks that run no model-written program (the others are lm-eval's unsafe code)
+SAFE = ("aime",)
 
 # The shipped YAMLs use the evaluation defaults of the project's own evaluator
 # (evaluators.evaluation.EvalConfig), so that both harnesses sample alike; a test checks that the
@@ -78,7 +79,7 @@ def task_yaml(bench: str, *, repeats: int = REPEATS, temperature: float = TEMPER
         "doc_to_target: !function utils.doc_to_target",
         "process_results: !function utils.process_results",
     ]
-    if UNSAFE[bench]:
+    if bench not in SAFE:
         lines.append("unsafe_code: true")
     lines += [
         f"repeats: {int(repeats)}",

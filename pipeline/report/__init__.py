@@ -17,7 +17,10 @@ writes DIR (default results/<experiment>/report/):
   `collapse.window` steps) against compute, mean over seeds with the same band;
 - clip_fraction.png: the fraction of response tokens whose gradient the clip removed, per step
   and per algorithm (log scale), and its mean per algorithm with the GSPO/GRPO ratio;
-- final_scores.csv, final_scores.png: per algorithm and benchmark, pass@1 at the largest budget:
+- final_scores.csv (and final_scores.md / .tex, the same scores formatted for a paper:
+  Markdown and LaTeX booktabs, `mean [low, high]`), final_scores.png: per algorithm and
+  benchmark, pass@1 at the largest budget, with pass@k and, for benchmarks whose scoring
+  extracts answers (aime), maj@k beside it (pipeline.report.kscores):
   the mean over seeds and problems with its confidence interval over training runs and problems
   (pipeline.report.resample: a two-level bootstrap drawing the seeds, then the problems, so the
   interval carries the run-to-run variance as well as the problem sampling; var_share_runs is
@@ -47,6 +50,11 @@ writes DIR (default results/<experiment>/report/):
   verdict (reproduced / not reproduced / inconclusive at this sample size / too few training
   runs, below resample.MIN_RUNS = 3 runs of a compared variant / not measured here, linking the
   MoE or precision experiment's report when it exists); pipeline.report.claims gives each rule;
+- side_by_side.json and its section of index.html: for GSPO against GRPO and each variant
+  against its baseline, the completions of both on the final-budget problems where they differ
+  most (pipeline.report.sidebyside; from the eval runs' results.jsonl);
+- claims.md / claims.tex: the claims table for a paper; every figure also as .svg beside its
+  .png (vector);
 - index.html: all of the above with the provenance: the command, config, seeds, git commit,
   package versions and data hashes the runs were made with.
 

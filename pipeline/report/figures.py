@@ -25,8 +25,11 @@ def _plt():
 
 
 def _save(fig, path: pathlib.Path):
+    """The figure as `path` (PNG, for the page) and beside it as SVG (vector, for a paper), both
+    byte-stable: no software stamp, no date, fixed SVG ids (svg.hashsalt)."""
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
+    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -189,7 +192,7 @@ def fig_moe(report, path: pathlib.Path):
 
 def draw(report, out: pathlib.Path):
     """score_vs_compute.png, final_scores.png, reward_vs_compute.png, clip_fraction.png and, for
-    MoE experiments, moe.png into `out`."""
+    MoE experiments, moe.png into `out`, each with its .svg beside it."""
     fig_score(report, out / "score_vs_compute.png")
     fig_final(report, out / "final_scores.png")
     fig_reward(report, out / "reward_vs_compute.png")

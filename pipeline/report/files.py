@@ -7,7 +7,7 @@ import csv
 import io
 import pathlib
 
-from pipeline.report import html
+from pipeline.report import html, tables
 from pipeline.report.curves import CURVE_COLS
 from pipeline.report.model import (FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS,
                                    VARIANT_COLS, Report)
@@ -59,13 +59,30 @@ def headline(report: Report) -> dict:
             "rebuild_command": f"python -m pipeline.report --experiment {report.experiment}"}
 
 
+def write_tables(report: Report, out: pathlib.Path) -> None:
+    """final_scores.md / .tex and claims.md / .tex: the tables to paste into a paper
+    (pipeline.report.tables)."""
+    from gspo.io import atomic_write_text
+
+    conf = f"{report.settings['confidence']:.0%}"
+    for name, (header, cells), caption, align in (
+            ("final_scores", tables.final_scores(report.table),
+             f"{report.experiment}: final scores, mean [{conf} interval over training runs and "
+             "problems]", "llrr" + "r" * 5),
+            ("claims", tables.claims(report.claims),
+             f"{report.experiment}: the paper's claims, measured ({conf} intervals)", "lll")):
+        atomic_write_text(out / f"{name}.md", tables.markdown(header, cells))
+        atomic_write_text(out / f"{name}.tex", tables.latex(header, cells, caption, align))
+
+
 def write(report: Report, out: pathlib.Path) -> dict:
-    """final_scores.csv, stability.csv, variants.csv, moe.csv, scaling_fits.csv, curve.csv,
-    summary.json and index.html into
-    `out`; returns the headline (summary.json's content)."""
+    """final_scores.csv (and .md, .tex), claims.md / .tex, stability.csv, variants.csv, moe.csv,
+    scaling_fits.csv, curve.csv, summary.json, side_by_side.json and index.html into `out`;
+    returns the headline (summary.json's content)."""
     from gspo.io import atomic_write_text, write_json
 
     write_csv(out / "final_scores.csv", report.table, TABLE_COLS)
+    write_tables(report, out)
     write_csv(out / "stability.csv", report.stability, STABILITY_COLS)
     write_csv(out / "variants.csv", report.comparisons, VARIANT_COLS)
     write_csv(out / "moe.csv", report.moe["rows"] if report.moe else [], MOE_COLS)
@@ -75,6 +92,7 @@ def write(report: Report, out: pathlib.Path) -> dict:
         write_csv(out / "selection.csv", report.selection_rows, SELECTION_COLS)
     head = headline(report)
     write_json(out / "summary.json", head)
+    write_json(out / "side_by_side.json", report.side_by_side)
     atomic_write_text(out / "index.html", html.render(report))
     return head
 

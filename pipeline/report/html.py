@@ -9,6 +9,7 @@ from gspo.mlflow_store import ui_link
 
 from pipeline.report.model import FIT_COLS, MOE_COLS, PAGE_TABLE_COLS, STABILITY_COLS
 from pipeline.report.resample import MIN_RUNS
+from pipeline.report.sidebyside import section as side_by_side
 from pipeline.report.verdicts import MOE_CLAIM
 
 STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
@@ -18,7 +19,9 @@ STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;pa
          "font-size:85%}"
          ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
          "padding:.5em 1em}td.yes{background:#e6f4e6}td.no{background:#fbe6e6}"
-         "td.open{background:#fff6e0}.claims td,.claims th{text-align:left}</style></head><body>")
+         "td.open{background:#fff6e0}.claims td,.claims th{text-align:left}"
+         ".sbs{width:100%;table-layout:fixed}.sbs td{text-align:left;vertical-align:top}"
+         "</style></head><body>")
 
 
 def _fmt(v, digits=3):
@@ -333,5 +336,5 @@ def _provenance(report) -> list[str]:
 def render(report) -> str:
     """index.html's text."""
     return "\n".join(_scores(report) + _fits(report.fits) + _variants(list(report.comparisons))
-                     + _moe(report.moe)
+                     + side_by_side(report.side_by_side) + _moe(report.moe)
                      + _training(report) + _provenance(report))

@@ -15,8 +15,9 @@ DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
 # the columns of the report's tables (CSV files and the page)
 TABLE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "seeds", "pass_at_1",
               "ci_low", "ci_high", "var_share_runs", "seed_min", "seed_max", "vs_sft",
-              "vs_sft_ci_low", "vs_sft_ci_high", "vs_sft_var_share_runs", "n_problems", "elo",
-              "elo_low", "elo_high", "elo_percentile"]
+              "vs_sft_ci_low", "vs_sft_ci_high", "vs_sft_var_share_runs", "n_problems", "k",
+              "pass_at_k", "pass_at_k_ci_low", "pass_at_k_ci_high", "maj_at_k", "maj_at_k_ci_low",
+              "maj_at_k_ci_high", "elo", "elo_low", "elo_high", "elo_percentile"]
 # the page's final-scores table adds each run's own pass@1 (a list: summary.json, not the CSV)
 _AFTER_CI = TABLE_COLS.index("ci_high") + 1
 PAGE_TABLE_COLS = TABLE_COLS[:_AFTER_CI] + ["per_seed"] + TABLE_COLS[_AFTER_CI:]
@@ -53,7 +54,9 @@ class Report:
     off-policy minibatches), `clips_seq` the clipped-sequence fraction (the convention TRL logs for
     GSPO, so a TRL run has that one alone), `ratios` each variant's against GRPO's; `provenance` what the runs
     were made with (workflow_config: the master config's text, or None); `claims` one row per
-    claim of the paper with its measured number, interval and verdict (pipeline.report.claims)."""
+    claim of the paper with its measured number, interval and verdict (pipeline.report.claims);
+    `side_by_side` two variants' completions on the problems they differ most on
+    (pipeline.report.sidebyside)."""
 
     experiment: str
     data: dict
@@ -76,6 +79,7 @@ class Report:
     # the fair protocol's learning-rate choice and its rows (pipeline.report.selection)
     selection: dict | None = None
     selection_rows: list[dict] = dataclasses.field(default_factory=list)
+    side_by_side: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def by_variant(self) -> dict[str, list]:
@@ -156,9 +160,14 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
 def compute(experiment: str, uri: str | None = None, settings: dict | None = None,
             selection: dict | None = None) -> Report:
     """The report of `experiment`, read from the MLflow store at `uri` (pipeline.aggregate)."""
-    from pipeline.aggregate import collect
+    from gspo import tracking
+    from pipeline.aggregate import collect, download_results
+    from pipeline.report import sidebyside
 
     data = collect(experiment, uri)
     if not data["rl"]:
         raise SystemExit(f"error: experiment {experiment!r} has no RL runs (tag stage=rl)")
-    return from_data(experiment, data, settings, workflow_yaml(data), selection)
+    report = from_data(experiment, data, settings, workflow_yaml(data), selection)
+    cl = tracking.client(data["tracking_uri"])
+    report.side_by_side = sidebyside.side_by_side(report, lambda rid: download_results(cl, rid))
+    return report

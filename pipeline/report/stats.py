@@ -11,7 +11,7 @@ import math
 import statistics
 
 from evaluators.tasks import BENCHMARKS
-from pipeline.report import resample
+from pipeline.report import kscores, resample
 from pipeline.report.verdicts import moe_verdict
 
 
@@ -202,7 +202,7 @@ def elo(es: list[dict], ids: list[str], scores: list[float], *, confidence: floa
 
 def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
     """Per variant (and the SFT model) and benchmark: pass@1 at the largest budget (_score_row),
-    with the difference to the SFT model (vs_sft, its interval, vs_sft_per_seed and
+    pass@k and maj@k beside it (kscores), with the difference to the SFT model (vs_sft, its interval, vs_sft_per_seed and
     vs_sft_var_share_runs; paired_diff) on the problems both scored."""
     evals = data["evals"]
     last_budget = max((e["budget"] for e in evals if e["variant"] != "sft"), default=None)
@@ -219,7 +219,9 @@ def final_scores(data: dict, *, iters: int, confidence: float) -> list[dict]:
                 continue
             row = {"variant": var, "algorithm": algorithm_of.get(var, var), "benchmark": bench,
                    "budget": 0 if var == "sft" else last_budget,
-                   **_score_row(es, iters=iters, confidence=confidence, fixed=var == "sft")}
+                   **_score_row(es, iters=iters, confidence=confidence, fixed=var == "sft"),
+                   **kscores.k_columns(es, iters=iters, confidence=confidence,
+                                       fixed=var == "sft")}
             if var == "sft":
                 base[bench] = row
             elif bench in base:
