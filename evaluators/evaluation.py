@@ -9,7 +9,8 @@ workflow: for each benchmark config it writes, each atomically,
   (keep_completions) the completions;
 - `<out>/<bench>/summary.json`: n_problems, n_samples, avg@n, pass@k and pass@j, each with a
   seeded bootstrap confidence interval over problems (evaluators.metrics.aggregate), for cf the
-  rating estimated from the problems' ratings; the settings and the whole EvalConfig;
+  rating estimated from the problems' ratings; the settings and the whole EvalConfig; the code
+  that made it (`provenance`: gspo.provenance's version and git commit);
 - `<out>/<bench>/checkpoint.json` when the model is a training checkpoint: the step and the
   cumulative training FLOPs it was saved at (gspo.checkpoint.checkpoint_meta).
 
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from evaluators import partial, tasks
 from evaluators.metrics import aggregate, problem_metrics
 from gspo import distributed as dist
-from gspo import tokens
+from gspo import provenance, tokens
 from gspo.config import PromptConfig, check, option
 from gspo.rollout.base import problem_seed
 from gspo.tokens import Codec
@@ -305,7 +306,7 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
             store=stores[-1])
         summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
                    "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
-                   "seconds": round(time.time() - t0, 3)}
+                   "provenance": provenance.record(), "seconds": round(time.time() - t0, 3)}
         result[cfg.benchmark] = summary
         if world.main:
             _write(pathlib.Path(out) / cfg.benchmark, results, summary, checkpoint, cfg.benchmark)

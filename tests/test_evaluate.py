@@ -9,6 +9,7 @@ from evaluators.benchmarks import aime
 from evaluators.benchmarks.aime import answers as math_answers
 from evaluators import evaluation as ev
 from evaluators import tasks
+from gspo import provenance
 from gspo.config import ConfigError
 from gspo.io import write_jsonl
 from gspo.tokens import Codec
@@ -71,6 +72,7 @@ def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(me
     assert s["avg@n_ci"][0] <= 1 / 3 <= s["avg@n_ci"][1]
     assert summary["settings"]["samples"] == 3 and summary["settings"]["seed"] == 1
     assert summary["config"]["benchmark"] == "aime" and summary["config"]["max_new_tokens"] == 16
+    assert summary["provenance"] == provenance.record() and summary["provenance"]["git_commit"]
     assert not [p for p in (out / "aime").iterdir() if p.name.startswith(".")]   # no temp files
 
 

@@ -193,6 +193,10 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
     assert len(by_stage["eval"]) == 8 * 3 * 3 + 3
     assert {r.data.tags["variant"] for r in by_stage["eval"]} == {
         "sft", "grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
+    from gspo.provenance import version
+    # every run, training or evaluation, names the code that made it
+    for r in rl + by_stage["sft"] + by_stage["eval"]:
+        assert r.data.tags["version.gspo-bench"] == version() and r.data.tags["git_commit"]
     for r in rl + by_stage["sft"]:
         assert r.info.status == "FINISHED"
         t = r.data.tags
