@@ -346,7 +346,7 @@ def test_two_ranks_resume_a_partial_evaluation_of_one_process(memorised, data_di
                            timeout=600, cwd=REPO)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     out = tmp_path / "resumed"
-    configs = cli.configs_of(cli.build_parser().parse_args([*args, "--out", str(out)]))
+    configs = cli.configs_of(cli.parser().parse_args([*args, "--out", str(out)]))
     made, _ = _evaluate(memorised, configs[0], out, monkeypatch, fail_at=3)
     assert len(made[0].seeds) == 2 and len(list((out / "aime.partial").glob("chunk_*"))) == 2
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -7,6 +7,7 @@ import dataclasses
 import pathlib
 import tempfile
 
+from gspo.fields import ConfigError
 from pipeline.report import claims, curves, scaling, stats
 
 DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
@@ -149,5 +150,5 @@ def compute(experiment: str, uri: str | None = None, settings: dict | None = Non
 
     data = collect(experiment, uri)
     if not data["rl"]:
-        raise SystemExit(f"error: experiment {experiment!r} has no RL runs (tag stage=rl)")
+        raise ConfigError(f"experiment {experiment!r} has no RL runs (tag stage=rl)")
     return from_data(experiment, data, settings, workflow_yaml(data))
