@@ -220,3 +220,18 @@ def test_a_real_checkpoint_evaluated_by_hand_runs_on_the_gpu_with_vllm_in_bf16()
         args = evaluate.parser().parse_args(argv)
         assert (args.engine, args.device, args.dtype) == ("vllm", "cuda", "bfloat16")
         assert args.max_new_tokens > EvalConfig().max_new_tokens
+
+
+def test_the_architecture_names_every_module_outside_the_benchmarks_that_imports_one():
+    from test_layers import imported_modules, modules
+
+    importers = sorted(p.relative_to(ROOT).as_posix()
+                       for p in modules("gspo", "evaluators", "pipeline", "workflow")
+                       if not p.relative_to(ROOT).as_posix().startswith("evaluators/benchmarks/")
+                       and any(m.startswith("evaluators.benchmarks") for _, m in
+                               imported_modules(p.read_text(), str(p))))
+    assert importers == ["evaluators/tasks.py", "pipeline/data.py", "pipeline/report/stats.py"]
+    text = " ".join((ROOT / "docs" / "ARCHITECTURE.md").read_text().split())
+    claim = re.search(r"Outside `evaluators/benchmarks/` the registry is the one module (.*?)"
+                      r"\(tests/test_cli\.py holds this list\)", text).group(1)
+    assert "but for two: `pipeline/data.py`" in claim and "`pipeline/report/stats.py`" in claim
