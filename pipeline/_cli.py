@@ -145,8 +145,3 @@ def run(main, argv=None) -> None:
     except FAILED_RUN as e:
         _fail(1, e)
     sys.exit(code or 0)
-
-
-def parse_config(cls, description: str, argv=None, prog: str | None = None):
-    """The config of a stage whose only flags are --config and --set."""
-    return load_config(cls, config_parser(description, prog, cls).parse_args(argv))

@@ -235,3 +235,16 @@ def test_the_architecture_names_every_module_outside_the_benchmarks_that_imports
     claim = re.search(r"Outside `evaluators/benchmarks/` the registry is the one module (.*?)"
                       r"\(tests/test_cli\.py holds this list\)", text).group(1)
     assert "but for two: `pipeline/data.py`" in claim and "`pipeline/report/stats.py`" in claim
+
+
+def test_the_licence_and_citation_name_the_project_its_version_and_the_gspo_paper():
+    import yaml
+
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    assert "gspo-bench contributors" in (ROOT / "LICENSE").read_text()
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["version"] == version()
+    assert cff["preferred-citation"]["version"] == version() and cff["license"] == "MIT"
+    [paper] = cff["references"]
+    assert paper["title"] == "Group Sequence Policy Optimization" and paper["year"] == 2025
+    assert paper["url"].endswith("2507.18071") and paper["authors"][0]["family-names"] == "Zheng"
