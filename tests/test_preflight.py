@@ -87,9 +87,11 @@ def test_a_missing_sandbox_stops_a_real_run_of_code_benchmarks_before_any_job(no
     msg = str(e.value)
     assert "\n" not in msg and "lcb, cf run programs in the sandbox" in msg
     assert "bubblewrap (bwrap) not found" in msg and "docs/SANDBOX.md" in msg
-    # a dry run, or a cluster whose jobs run on other machines, is told and goes on
+    # a dry run (or a lint, a report), or a cluster whose jobs run on other machines, is told
     assert lines(plan("smoke.yaml"))[0].startswith("warning: config: benchmarks / rl_tasks: lcb")
     assert "the jobs run elsewhere" in lines(p, "slurm")[0]
+    assert not invocation.runs_jobs(["snakemake", "--lint"]) and invocation.runs_jobs(
+        ["snakemake", "--cores", "2"])
 
 
 def test_without_code_benchmarks_the_sandbox_is_not_needed(no_sandbox):

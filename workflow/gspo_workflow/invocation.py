@@ -67,6 +67,19 @@ def executor(basedir, argv: list[str] | None = None) -> str:
     return "local"
 
 
+# snakemake flags under which no job runs (besides a dry run)
+NO_JOBS = ("--lint", "--report", "--dag", "--d3dag", "--rulegraph", "--filegraph", "--list",
+           "--list-rules", "--list-target-rules", "--lt", "--summary", "--detailed-summary",
+           "--unlock", "--cleanup-metadata", "--containerize", "--archive", "--export-cwl",
+           "--generate-unit-tests", "--print-compilation")
+
+
+def runs_jobs(argv: list[str] | None = None) -> bool:
+    """Whether this invocation may run jobs: not a dry run, a lint, a report or a listing."""
+    argv = sys.argv if argv is None else argv
+    return not is_dry_run(argv) and not any(a.split("=")[0] in NO_JOBS for a in argv[1:])
+
+
 def put_interpreter_first() -> None:
     """Make `python` in the jobs' shell commands the interpreter running Snakemake (the project's
     environment), as it is for a user who activated it."""

@@ -7,8 +7,9 @@ tells the user the run will spend.
   plan with one line naming the key, not a GPU job hours later.
 - `report(plan, executor)`, once per Snakemake invocation (its main process):
   - the sandbox (evaluators.execution.sandbox) works here when the config evaluates or
-    rewards a benchmark that runs programs (evaluators.tasks.SANDBOXED): a real local run stops
-    with one line, a dry run or a cluster's (whose jobs run on other machines) warns;
+    rewards a benchmark that runs programs (evaluators.tasks.SANDBOXED): a local run of jobs
+    stops with one line; a dry run, a lint or a report, or a cluster's run (whose jobs run on
+    other machines) warns;
   - the MLflow store suits the executor: SQLite with a cluster executor warns, naming the
     tracking server command (docs/MLFLOW.md);
   - the compute: GPU-hours by stage on GPUs, CPU job-minutes on a CPU (gspo.compute_plan).
@@ -83,15 +84,17 @@ def store_warning(uri: str, executor: str) -> str | None:
     return None
 
 
-def report(plan, executor: str = "local", out=sys.stderr) -> None:
+def report(plan, executor: str = "local", out=sys.stderr, runs_jobs: bool | None = None) -> None:
     """The checks and the compute estimate of the module doc, as lines on `out`; raises
-    ConfigError when the sandbox is missing from a real local run."""
+    ConfigError when the sandbox is missing from a local run of jobs (`runs_jobs`, default: not
+    the plan's dry run)."""
+    runs_jobs = not plan.dry_run if runs_jobs is None else runs_jobs
     problem = sandbox_problem(plan)
-    if problem and not plan.dry_run and executor in LOCAL_EXECUTORS:
+    if problem and runs_jobs and executor in LOCAL_EXECUTORS:
         raise ConfigError(problem)
     lines = []
     if problem:
-        where = "a dry run goes on" if plan.dry_run else "checked here; the jobs run elsewhere"
+        where = "checked here; the jobs run elsewhere" if runs_jobs else "no job runs now"
         lines.append(f"warning: {problem} ({where})")
     lines.append(store_warning(plan.tracking_uri, executor))
     lines += compute_lines(plan)

@@ -17,7 +17,8 @@ PLAN.write_stage_configs()
 # Once per invocation (not again in each cluster job): the sandbox, the MLflow store against
 # the executor, and the compute the plan will spend (gspo_workflow.preflight).
 if workflow.is_main_process:
-    preflight.report(PLAN, invocation.executor(workflow.basedir))
+    preflight.report(PLAN, invocation.executor(workflow.basedir),
+                     runs_jobs=invocation.runs_jobs())
 # Jobs run `python -m pipeline.<stage>` with this interpreter; everything else they need is on
 # their command line (stage config files, the MLflow store, experiment and tags).
 invocation.put_interpreter_first()
