@@ -12,7 +12,8 @@ workflow: for each benchmark config it writes, each atomically,
 - `<out>/<bench>/summary.json`: n_problems, n_samples, avg@n, pass@k and pass@j, each with a
   seeded bootstrap confidence interval over problems (evaluators.metrics.aggregate), maj@k
   beside them where the benchmark extracts answers, for cf the rating estimated from the
-  problems' ratings; the settings and the whole EvalConfig;
+  problems' ratings; the settings and the whole EvalConfig; the code
+  that made it (`provenance`: gspo.provenance's version and git commit);
 
 While a benchmark runs, a line per chunk on stderr says the problems done of this process's
 share, the rate and the time left (`Progress`).
@@ -54,7 +55,7 @@ from dataclasses import dataclass
 from evaluators import partial, tasks
 from evaluators.metrics import aggregate, bootstrap_ci, majority_correct, problem_metrics
 from gspo import distributed as dist
-from gspo import tokens
+from gspo import provenance, tokens
 from gspo.config import PromptConfig, check, option
 from gspo.rollout.base import problem_seed
 from gspo.tokens import Codec
@@ -361,7 +362,7 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
                                                      else ""))
         summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
                    "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
-                   "seconds": round(time.time() - t0, 3)}
+                   "provenance": provenance.record(), "seconds": round(time.time() - t0, 3)}
         result[cfg.benchmark] = summary
         if world.main:
             _write(pathlib.Path(out) / cfg.benchmark, results, summary, checkpoint, cfg.benchmark)

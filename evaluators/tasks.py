@@ -24,6 +24,9 @@ BENCHMARKS: tuple[str, ...] = tuple(MODULES)
 TITLES = {"aime": "AIME-style math", "lcb": "LiveCodeBench-style", "cf": "CodeForces-style"}
 # benchmark -> its rating of a model from rated attempts [(problem rating, solved)]
 RATINGS = {"cf": codeforces.estimate_rating}
+# the benchmarks whose scoring runs sampled programs (evaluators.execution.sandbox): the
+# workflow's plan checks the sandbox works before it runs one
+SANDBOXED = ("lcb", "cf")
 
 
 def rating(task: str, results: list[dict]):

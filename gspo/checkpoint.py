@@ -12,7 +12,6 @@ import pathlib
 import platform
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import warnings
@@ -21,6 +20,7 @@ import torch
 
 from gspo.errors import TrainingError
 from gspo.io import atomic_dir, write_json
+from gspo.provenance import git_commit, version  # noqa: F401  (git_commit: part of this module's API)
 
 STATE = "trainer_state.pt"    # written last: a checkpoint folder holding it is complete
 OPTIM = "optimizer"           # the optimizer state, a Distributed Checkpoint folder
@@ -126,18 +126,6 @@ def export_model_files(src_dir, dest, meta: dict, state: dict, skip=lambda name:
         torch.save(state, tmp / STATE)
 
 
-def git_commit() -> str:
-    here = pathlib.Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (sha or "unknown") + ("-dirty" if dirty else "")
-
-
 def config_hash(cfg_dict: dict) -> str:
     return hashlib.sha256(json.dumps(cfg_dict, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -151,8 +139,8 @@ def run_info(cfg_dict: dict, data_hashes: dict[str, str], **extra) -> dict:
         "seed": cfg_dict.get("seed"),
         "git_commit": git_commit(),
         "data_hashes": data_hashes,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__},
+        "versions": {"gspo-bench": version(), "python": platform.python_version(),
+                     "torch": torch.__version__, "transformers": transformers.__version__},
         "command": " ".join(sys.argv),
         **extra,
     }

@@ -131,6 +131,9 @@ def _log_eval_run(cl, exp: str, tags: dict, point: EvalPoint, bench: str, summar
             "model": summary["settings"]["model"], "eval_config_sha": _sha_text(cfg)}
     if cfg.get("protocol"):      # a named evaluation protocol (e.g. the paper's), for filtering
         tags["protocol"] = cfg["protocol"]
+    code = summary.get("provenance") or {}     # the code that evaluated (gspo.provenance)
+    tags.update({k: str(code[key]) for k, key in (("version.gspo-bench", "version"),
+                                                 ("git_commit", "git_commit")) if key in code})
     name = f"eval-{tags['variant']}-seed{tags['seed']}-b{point.budget}-{bench}"
     rid = create_run(cl, exp, tags=tags, run_name=name)
     log_params(cl, rid, flatten(cfg))

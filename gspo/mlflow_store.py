@@ -23,6 +23,7 @@ import time
 import uuid
 
 DEFAULT_EXPERIMENT = "gspo-bench"
+DEFAULT_STORE = "sqlite:///results/mlflow.db"   # where the workflow records, and what readers fall back to
 
 
 def client(uri: str):

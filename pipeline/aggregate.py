@@ -1,7 +1,7 @@
 """Stage: gather one experiment's results from the MLflow store into plain tables.
 
     python -m pipeline.aggregate --experiment NAME [--tracking-uri URI] [--out scores.json]
-        [--tag KEY=VALUE ...]
+        [--workflow-config YAML] [--tag KEY=VALUE ...]
 
 Everything is read from MLflow (never from private files), so the same code serves the
 workflow's aggregation step, `pipeline.report` and a store copied to another machine:
@@ -26,15 +26,15 @@ previous one.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
 import pathlib
-import sys
 import tempfile
 
 from evaluators.tasks import BENCHMARKS
+from gspo.fields import ConfigError
+from gspo.mlflow_store import DEFAULT_STORE
 
 TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "clip_frac_seqs",
               "clip_frac_tokens_onpolicy", "compute_flops",
@@ -82,14 +82,14 @@ def download_results(cl, run_id: str) -> list[dict]:
 
 def collect(experiment: str, uri: str | None = None, *, with_problems: bool = True) -> dict:
     """Everything the report needs about `experiment`, read from the MLflow store at `uri`
-    (default: MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db)."""
+    (default: MLFLOW_TRACKING_URI, else DEFAULT_STORE)."""
     from gspo import tracking
 
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///results/mlflow.db"
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE
     cl = tracking.client(uri)
     exp_id = tracking.experiment_id(cl, experiment, create=False)
     if exp_id is None:
-        raise SystemExit(f"error: no MLflow experiment {experiment!r} in {uri}")
+        raise ConfigError(f"no MLflow experiment {experiment!r} in {uri}")
     data = {"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri,
             "rl": [], "sft": [], "evals": []}
     for run in tracking.stage_runs(cl, exp_id, "rl"):
@@ -157,16 +157,22 @@ def points(data: dict) -> list[dict]:
     return out
 
 
-def main(argv=None):
-    from pipeline._cli import add_tracking_flags, tracking_of
+def parser():
+    from pipeline._cli import Parser, add_tracking_flags
 
-    ap = argparse.ArgumentParser(prog="python -m pipeline.aggregate",
-                                 description=__doc__.splitlines()[0])
-    add_tracking_flags(ap)
-    ap.add_argument("--out", default=None, help="scores.json to write (scores.csv beside it)")
-    ap.add_argument("--report-config", default=None, help="(workflow) the report settings file")
-    ap.add_argument("--workflow-config", default=None, help="(workflow) the master config to attach")
-    args = ap.parse_args(argv)
+    ap = Parser("python -m pipeline.aggregate", __doc__.splitlines()[0])
+    add_tracking_flags(ap, reads=True)
+    ap.add_argument("--out", default=None, help="scores.json to write (scores.csv beside it; "
+                    "default: print the points)")
+    ap.add_argument("--workflow-config", default=None,
+                    help="the master config to attach to the aggregate run (the workflow's)")
+    return ap
+
+
+def main(argv=None):
+    from pipeline._cli import tracking_of
+
+    args = parser().parse_args(argv)
 
     from gspo import tracking
     from gspo.io import atomic_write_text, write_json
@@ -200,4 +206,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline._cli import run
+
+    run(main)

@@ -15,7 +15,7 @@ from evaluators.benchmarks import aime, codeforces, livecodebench
 from evaluators.tasks import module
 from gspo.data_config import DataGenConfig
 from gspo.io import DataError, write_jsonl
-from pipeline._cli import parse_config, run
+from pipeline._cli import config_parser, load_config, run
 
 
 def aime_set(n: int, steps: list[int], *, split: str, seed: int, cfg: DataGenConfig) -> list[dict]:
@@ -130,8 +130,13 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
     return paths
 
 
+def parser():
+    return config_parser("Write the task data: generated problems, or real files read by each "
+                         "benchmark's loader.", "python -m pipeline.data", DataGenConfig)
+
+
 def main(argv=None):
-    cfg = parse_config(DataGenConfig, "Generate the procedural task data.", argv)
+    cfg = load_config(DataGenConfig, parser().parse_args(argv))
     for name, path in generate(cfg).items():
         print(f"{name}: {path}")
 

@@ -16,17 +16,15 @@ the same settings, resumes from the chunks it finished (`<out>/<bench>.partial/`
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import pathlib
-import sys
 import typing
 
 from evaluators import tasks
 from evaluators.evaluation import EvalConfig, evaluate, load_all
 from gspo.config import ConfigError
 from gspo.fields import apply_overrides, from_dict, load
-from pipeline._cli import run
+from pipeline._cli import Parser, run
 
 DEFAULTS = EvalConfig()
 # One flag per EvalConfig setting, with its type, default and help; the benchmark and its data
@@ -37,9 +35,12 @@ FLAGS = {f.name: f for f in dataclasses.fields(EvalConfig)
 HINTS = typing.get_type_hints(EvalConfig)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipeline.evaluate",
-                                description="Evaluate a model on the benchmarks with the rollout engine.")
+def parser() -> Parser:
+    p = Parser("python -m pipeline.evaluate", "Evaluate a model on the benchmarks with the "
+               "rollout engine. Without --config, the flags below make one config per benchmark "
+               "of --benchmarks; their defaults are EvalConfig's (the torch engine on the CPU in "
+               "float32: a real checkpoint on a GPU wants --engine vllm --device cuda --dtype "
+               "bfloat16 and its own --max-new-tokens).", EvalConfig)
     p.add_argument("--model", required=True, help="model directory (config.json + tokenizer)")
     p.add_argument("--out", required=True, help="output folder: <out>/<bench>/ per benchmark")
     p.add_argument("--config", dest="configs", action="extend", nargs="+", default=[],
@@ -77,14 +78,14 @@ def main(argv=None) -> int:
     from gspo import distributed as dist
     from gspo.checkpoint import checkpoint_meta
 
-    args = build_parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         configs = configs_of(args)
-        records = load_all(configs)      # bad data fails before any model is loaded
-        if not (pathlib.Path(args.model) / "config.json").is_file():
-            raise ConfigError(f"{args.model}: not a model directory (no config.json)")
-    except ValueError as e:    # ConfigError, DataError and unknown benchmarks alike
-        sys.exit(f"error: {e}")
+    except ValueError as e:    # an unknown benchmark in --benchmarks
+        raise ConfigError(str(e)) from None
+    records = load_all(configs)      # bad data fails before any model is loaded
+    if not (pathlib.Path(args.model) / "config.json").is_file():
+        raise ConfigError(f"{args.model}: not a model directory (no config.json)")
     if args.threads:
         import torch
 

@@ -10,16 +10,14 @@ when some phase leaves less than gspo.memory_plan.MARGIN of the GPU free.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
-import sys
 
 import yaml
 
 from gspo.config import ConfigError
 from gspo.memory_plan import MARGIN, PRESETS, Settings, Shape, plan
-from pipeline._cli import run
+from pipeline._cli import Parser, run
 
 
 def model_config(name: str) -> dict:
@@ -71,9 +69,9 @@ def table(p: dict, s: Settings) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipeline.memory_plan",
-                                 description="Per-GPU memory of a workflow config's RL runs.")
+def parser() -> Parser:
+    ap = Parser("python -m pipeline.memory_plan", "Per-GPU memory of a workflow config's RL "
+                "runs; exit 1 when a phase does not fit.")
     ap.add_argument("--config", required=True, help="a workflow config (config/*.yaml)")
     ap.add_argument("--model", help="a preset, model directory or config.json (default: sft.model)")
     ap.add_argument("--gpus", type=int, default=8)
@@ -88,7 +86,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sync-writers", choices=("node", "rank"), default="node",
                     help="who writes the vLLM sync's file: one rank per node (the code), or "
                          "every rank (before issue 43)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     path = pathlib.Path(args.config)
     if not path.is_file():
         raise ConfigError(f"--config: {path} does not exist")
@@ -105,4 +107,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run(lambda argv: sys.exit(main(argv)))
+    run(main)

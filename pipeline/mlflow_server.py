@@ -18,7 +18,6 @@ postgresql://USER:PASS@DBHOST/mlflow` (needs `pip install psycopg2-binary`) and 
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -174,9 +173,10 @@ def _raise_stop(signum, frame):
     raise _Stop(signum)
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m pipeline.mlflow_server",
-                                 description=__doc__.splitlines()[0])
+def parser():
+    from pipeline._cli import Parser
+
+    ap = Parser("python -m pipeline.mlflow_server", __doc__.splitlines()[0])
     ap.add_argument("--backend-store-uri", default="sqlite:///results/mlflow-server.db",
                     help="the server's store; on a cluster postgresql://USER:PASS@DBHOST/DB "
                     "(default: %(default)s)")
@@ -193,7 +193,11 @@ def parse_args(argv=None):
     ap.add_argument("--log", default=None, help="file for the server's output (default: here)")
     ap.add_argument("--timeout", type=float, default=120.0,
                     help="seconds to wait for the server to answer (default: %(default)s)")
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse_args(argv=None):
+    return parser().parse_args(argv)
 
 
 def main(argv=None) -> int:
@@ -225,4 +229,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline._cli import run
+
+    run(main)

@@ -16,7 +16,16 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from pipeline._cli import run
+from pipeline._cli import Parser, run
+
+
+def parser() -> Parser:
+    ap = Parser("python -m pipeline.select", __doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="select.yaml (the workflow writes it)")
+    ap.add_argument("--out", required=True, help="the choice, JSON (a .csv is written beside it)")
+    ap.add_argument("--bootstrap-iters", type=int, default=2000, help="bootstrap draws per interval")
+    ap.add_argument("--confidence", type=float, default=0.95, help="interval confidence")
+    return ap
 
 
 def main(argv=None):
@@ -25,12 +34,7 @@ def main(argv=None):
     from gspo.io import DataError, atomic_write_text, write_json
     from pipeline.report.selection import choose
 
-    ap = argparse.ArgumentParser(prog="python -m pipeline.select", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, help="select.yaml (the workflow writes it)")
-    ap.add_argument("--out", required=True, help="the choice, JSON (a .csv is written beside it)")
-    ap.add_argument("--bootstrap-iters", type=int, default=2000, help="bootstrap draws per interval")
-    ap.add_argument("--confidence", type=float, default=0.95, help="interval confidence")
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         cfg = yaml.safe_load(pathlib.Path(args.config).read_text())
         if not isinstance(cfg, dict) or not isinstance(cfg.get("grid"), dict):

@@ -15,13 +15,18 @@ from gspo.config import SFTConfig
 from pipeline._cli import add_tracking_flags, config_parser, load_config, run, tracking_of
 
 
+def parser():
+    ap = config_parser("Cold-start supervised fine-tuning on worked solutions.",
+                       "python -m pipeline.sft", SFTConfig)
+    add_tracking_flags(ap)
+    return ap
+
+
 def main(argv=None):
     from gspo import distributed as dist
     from gspo import sft, trl_sft
 
-    ap = config_parser("Cold-start supervised fine-tuning on worked solutions.", "pipeline.sft")
-    add_tracking_flags(ap)
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
     cfg = load_config(SFTConfig, args)
     world = dist.init(cfg.device)
     try:

@@ -15,12 +15,10 @@ use `--variant sft --seed 0`. `--out` records the MLflow run ids (see gspo.track
 
 from __future__ import annotations
 
-import argparse
-
 from gspo.fields import ConfigError
 from gspo.io import write_json
 from gspo.eval_tracking import EvalPoint, record_evaluations
-from pipeline._cli import add_tracking_flags, run, tracking_of
+from pipeline._cli import Parser, add_tracking_flags, run, tracking_of
 
 
 def _point(item: str) -> EvalPoint:
@@ -30,8 +28,8 @@ def _point(item: str) -> EvalPoint:
     return EvalPoint.read(int(budget), folder)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m pipeline.track", description=__doc__.splitlines()[0])
+def parser():
+    ap = Parser("python -m pipeline.track", __doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True, help="the run's folder (SFT or RL out_dir)")
     ap.add_argument("--variant", required=True, help="the compared run's name ('sft' for SFT)")
     ap.add_argument("--seed", type=int, required=True)
@@ -39,7 +37,11 @@ def main(argv=None):
                     help="an evaluated model of the run; repeatable")
     ap.add_argument("--out", required=True, help="JSON record of the MLflow run ids")
     add_tracking_flags(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
     points = [_point(e) for e in args.evals]
     record = record_evaluations(args.run_dir, points, tracking=tracking_of(args),
                                 variant=args.variant, seed=args.seed)

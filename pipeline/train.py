@@ -22,16 +22,21 @@ from gspo.config import RLConfig
 from pipeline._cli import add_tracking_flags, config_parser, load_config, run, tracking_of
 
 
-def main(argv=None):
-    from gspo import distributed as dist
-    from gspo.trainer import run_rl
-
-    ap = config_parser("RL training with GRPO, GSPO or GSPO-token.", "pipeline.train")
+def parser():
+    ap = config_parser("RL training with GRPO, GSPO, GSPO-token or another registered objective.",
+                       "python -m pipeline.train", RLConfig)
     ap.add_argument("--restart-if-changed", action="store_true",
                     help="start over when out_dir holds a run of another config or starting "
                     "model (default: resume, or stop with an error if the config differs)")
     add_tracking_flags(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    from gspo import distributed as dist
+    from gspo.trainer import run_rl
+
+    args = parser().parse_args(argv)
     cfg = load_config(RLConfig, args)
     reward_fn = functools.partial(rewards, workers=cfg.reward_workers)
     world = dist.init(cfg.device)

@@ -21,14 +21,17 @@ from pipeline._cli import config_parser, load_config, run
 PROMPT_MARGIN = 32   # tokens over the longest rendered prompt: verl renders the template itself
 
 
+def parser():
+    return config_parser("Write the job verl's trainer runs for an engine: verl RL config.",
+                         "python -m pipeline.verl", RLConfig)
+
+
 def main(argv=None):
     from transformers import AutoTokenizer
 
     from gspo.tokens import Codec
 
-    ap = config_parser("Write the job verl's trainer runs for an engine: verl RL config.",
-                       "pipeline.verl")
-    args = ap.parse_args(argv)
+    args = parser().parse_args(argv)
     cfg = load_config(RLConfig, args)
     verl_engine.check(cfg)
     job = pathlib.Path(cfg.out_dir) / verl_engine.JOB

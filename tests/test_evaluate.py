@@ -9,6 +9,7 @@ from evaluators.benchmarks import aime
 from evaluators.benchmarks.aime import answers as math_answers
 from evaluators import evaluation as ev
 from evaluators import tasks
+from gspo import provenance
 from gspo.config import ConfigError
 from gspo.io import write_jsonl
 from gspo.tokens import Codec
@@ -78,6 +79,7 @@ def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(me
     assert "aime: 3/3 problems (100%)" in r.stderr       # the progress line
     assert summary["settings"]["samples"] == 3 and summary["settings"]["seed"] == 1
     assert summary["config"]["benchmark"] == "aime" and summary["config"]["max_new_tokens"] == 16
+    assert summary["provenance"] == provenance.record() and summary["provenance"]["git_commit"]
     assert not [p for p in (out / "aime").iterdir() if p.name.startswith(".")]   # no temp files
 
 
@@ -363,7 +365,7 @@ def test_two_ranks_resume_a_partial_evaluation_of_one_process(memorised, data_di
                            timeout=600, cwd=REPO)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     out = tmp_path / "resumed"
-    configs = cli.configs_of(cli.build_parser().parse_args([*args, "--out", str(out)]))
+    configs = cli.configs_of(cli.parser().parse_args([*args, "--out", str(out)]))
     made, _ = _evaluate(memorised, configs[0], out, monkeypatch, fail_at=3)
     assert len(made[0].seeds) == 2 and len(list((out / "aime.partial").glob("chunk_*"))) == 2
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -13,9 +13,16 @@ import time
 
 import pytest
 
+from gspo import provenance
 from gspo.tracking import MetricsLog, read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _pyproject_version() -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def test_a_resumed_metrics_log_keeps_only_records_up_to_the_resume_step(tmp_path):
@@ -92,6 +99,7 @@ def test_an_sft_stage_becomes_one_finished_run_with_config_params_tags_and_stepp
     tags = run.data.tags
     assert tags["stage"] == "sft" and tags["seed"] == "0" and tags["suite"] == "tests"
     assert len(tags["config_hash"]) == 16 and tags["git_commit"]
+    assert tags["version.gspo-bench"] == provenance.version() == _pyproject_version()
     assert tags["data_hash.prompts.jsonl"] == json.loads(
         (tmp_path / "sft" / "run_info.json").read_text())["data_hashes"][str(aime_prompts)]
     assert run.data.params["steps"] == "12" and run.data.params["lr"] == "0.005"

@@ -488,8 +488,12 @@ def test_the_launcher_refuses_a_missing_job_in_one_line(tmp_path):
 def test_moe_30b_plans_verl_jobs_on_two_nodes_of_eight_gpus():
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--workflow-profile",
                         "profiles/slurm", "--configfile", "config/moe-30b.yaml"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+                       cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")})
     assert r.returncode == 0, r.stderr[-3000:]
+    # SLURM's 32 jobs at once into the default SQLite store: the plan names the server to start
+    assert re.search(r"^warning: the MLflow store is SQLite .* the slurm executor.*"
+                     r"python -m pipeline\.mlflow_server", r.stderr, re.M), r.stderr[-3000:]
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", r.stdout, re.M))
     runs = 6 * 3                                                  # variants x seeds
     assert {k: int(counts.get(k, 0)) for k in ("verl_prepare", "verl_train", "rl_verl", "rl")} \

@@ -193,6 +193,10 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
     assert len(by_stage["eval"]) == 8 * 3 * 3 + 3
     assert {r.data.tags["variant"] for r in by_stage["eval"]} == {
         "sft", "grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
+    from gspo.provenance import version
+    # every run, training or evaluation, names the code that made it
+    for r in rl + by_stage["sft"] + by_stage["eval"]:
+        assert r.data.tags["version.gspo-bench"] == version() and r.data.tags["git_commit"]
     for r in rl + by_stage["sft"]:
         assert r.info.status == "FINISHED"
         t = r.data.tags
@@ -441,6 +445,9 @@ def test_the_real_scale_example_passes_validation_and_a_dry_run(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=ROOT / "config" / "real-scale.yaml", timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
     assert jobs["rl"] == 9 and jobs["eval_checkpoint"] == 9 * 4 and jobs["sft"] == 1
+    # the plan says what it will spend; a local run into SQLite needs no server
+    assert re.search(r"^plan: compute, estimated: ~[\d,]+ H100 GPU-hours \(sft", r.stderr, re.M)
+    assert "the MLflow store is SQLite" not in r.stderr
     assert "vllm" in (tmp_path / "results" / "qwen3-1.7b-math-code" / "config" / "rl" /
                       "gspo-seed0.yaml").read_text()
 
@@ -572,6 +579,7 @@ def test_the_eval_rules_run_one_process_or_one_rank_per_gpu_they_are_given(tmp_p
 def test_the_default_config_plans_grpo_and_gspo_over_five_seeds_and_five_budgets(tmp_path):
     r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
+    assert re.search(r"^plan: compute, estimated: ~\d+ CPU job-minutes \(data", r.stderr, re.M)
     # verdicts need at least 3 training runs per algorithm (pipeline.report.resample.MIN_RUNS)
     assert jobs["rl"] == 10 and jobs["eval_checkpoint"] == jobs["rl"] * 4   # 25/50/75/100 %
     rl = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "rl" / "gspo-seed1.yaml").read_text())

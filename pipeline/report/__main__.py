@@ -3,22 +3,21 @@
 
 from __future__ import annotations
 
-import argparse
 import pathlib
-import sys
 
 from gspo.mlflow_store import ui_link
+from pipeline._cli import Parser, add_tracking_flags, read_yaml, run, tracking_of
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     import pipeline.report
-    from pipeline._cli import add_tracking_flags
 
-    ap = argparse.ArgumentParser(prog="python -m pipeline.report",
-                                 description=pipeline.report.__doc__.splitlines()[0])
-    add_tracking_flags(ap)
+    ap = Parser("python -m pipeline.report", pipeline.report.__doc__.splitlines()[0])
+    add_tracking_flags(ap, reads=True)
     ap.add_argument("--out", default=None, help="output folder (default results/<experiment>/report)")
-    ap.add_argument("--report-config", default=None, help="YAML of report settings (the workflow's)")
+    ap.add_argument("--report-config", default=None,
+                    help="YAML of report settings: the workflow writes results/<experiment>/"
+                    "config/report.yaml (defaults: pipeline.report.model.DEFAULTS)")
     ap.add_argument("--selection", default=None, help="the fair protocol's learning-rate "
                     "choice (pipeline.select's JSON): compare the algorithms at their chosen rates")
     ap.add_argument("--no-mlflow-log", action="store_true", help="do not log the report back to MLflow")
@@ -49,14 +48,8 @@ def _print_headline(head: dict, out: pathlib.Path):
 def main(argv=None) -> int:
     from pipeline.report import build
 
-    args = _parser().parse_args(argv)
-    settings = {}
-    if args.report_config:
-        import yaml
-
-        settings = yaml.safe_load(pathlib.Path(args.report_config).read_text()) or {}
-    from pipeline._cli import tracking_of
-
+    args = parser().parse_args(argv)
+    settings = read_yaml(args.report_config, "--report-config") if args.report_config else {}
     out = pathlib.Path(args.out or f"results/{args.experiment}/report")
     selection = None
     if args.selection:
@@ -71,4 +64,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -7,6 +7,7 @@ import dataclasses
 import pathlib
 import tempfile
 
+from gspo.fields import ConfigError
 from pipeline.report import claims, curves, scaling, stats
 
 DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
@@ -166,7 +167,7 @@ def compute(experiment: str, uri: str | None = None, settings: dict | None = Non
 
     data = collect(experiment, uri)
     if not data["rl"]:
-        raise SystemExit(f"error: experiment {experiment!r} has no RL runs (tag stage=rl)")
+        raise ConfigError(f"experiment {experiment!r} has no RL runs (tag stage=rl)")
     report = from_data(experiment, data, settings, workflow_yaml(data), selection)
     cl = tracking.client(data["tracking_uri"])
     report.side_by_side = sidebyside.side_by_side(report, lambda rid: download_results(cl, rid))

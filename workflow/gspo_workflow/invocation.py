@@ -26,6 +26,60 @@ def is_dry_run(argv: list[str] | None = None) -> bool:
     return False
 
 
+def _flag(argv: list[str], *names: str) -> str | None:
+    """The value of the last of `names` (`--flag VALUE` or `--flag=VALUE`) in `argv`."""
+    found = None
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif a.startswith(n + "=") and n.startswith("--"):
+                found = a[len(n) + 1:]
+    return found
+
+
+def executor(basedir, argv: list[str] | None = None) -> str:
+    """The executor this invocation's jobs run on: --executor / -e, else the `executor:` of its
+    profile (--profile or $SNAKEMAKE_PROFILE, then --workflow-profile, else the workflow's
+    profiles/default), else local. Snakemake settles it after reading the Snakefile, so the
+    command line and the profiles are the only places to tell."""
+    import yaml
+
+    argv = (sys.argv if argv is None else argv)[1:]
+    named = _flag(argv, "--executor", "-e")
+    if named:
+        return named
+    for profile in (_flag(argv, "--profile") or os.environ.get("SNAKEMAKE_PROFILE"),
+                    _flag(argv, "--workflow-profile") or pathlib.Path(basedir) / "profiles" / "default"):
+        if not profile:
+            continue
+        # relative to where snakemake was started (-d has since changed the working directory),
+        # the workflow, or the user's profiles
+        folder = next((f for f in (pathlib.Path(os.environ.get("PWD", ".")) / profile,
+                                   pathlib.Path(profile), pathlib.Path(basedir) / profile)
+                       if f.is_dir()), pathlib.Path.home() / ".config" / "snakemake" / str(profile))
+        for name in ("config.v9+.yaml", "config.v8+.yaml", "config.yaml"):
+            if (folder / name).is_file():
+                found = (yaml.safe_load((folder / name).read_text()) or {}).get("executor")
+                if found:
+                    return str(found)
+                break
+    return "local"
+
+
+# snakemake flags under which no job runs (besides a dry run)
+NO_JOBS = ("--lint", "--report", "--dag", "--d3dag", "--rulegraph", "--filegraph", "--list",
+           "--list-rules", "--list-target-rules", "--lt", "--summary", "--detailed-summary",
+           "--unlock", "--cleanup-metadata", "--containerize", "--archive", "--export-cwl",
+           "--generate-unit-tests", "--print-compilation")
+
+
+def runs_jobs(argv: list[str] | None = None) -> bool:
+    """Whether this invocation may run jobs: not a dry run, a lint, a report or a listing."""
+    argv = sys.argv if argv is None else argv
+    return not is_dry_run(argv) and not any(a.split("=")[0] in NO_JOBS for a in argv[1:])
+
+
 def put_interpreter_first() -> None:
     """Make `python` in the jobs' shell commands the interpreter running Snakemake (the project's
     environment), as it is for a user who activated it."""

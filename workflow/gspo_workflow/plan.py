@@ -3,7 +3,8 @@
 The Snakefile calls `Plan(config, ...)` once after schema validation. The plan
 
 - checks what a JSON schema cannot (budget steps, each stage's typed config via gspo.config, that
-  a model path exists) and raises ConfigError naming the key, before any job runs;
+  a model path exists, that each variant's engine honours its settings: gspo_workflow.preflight)
+  and raises ConfigError naming the key, before any job runs;
 - writes each stage's resolved config under `results/<experiment>/config/` only when its content
   changed (rules depend on these files, never on the master config, so editing the evaluation
   settings re-runs evaluation and nothing upstream);
@@ -34,7 +35,7 @@ from gspo.data_config import DataGenConfig
 from gspo.io import atomic_write_text
 from gspo.models import PRESETS
 
-from . import fair, invocation, launch
+from . import fair, invocation, launch, preflight
 
 PARTS = ("sft", "rl", "test")
 # RL fields the workflow sets itself, per run.
@@ -247,7 +248,9 @@ class Plan:
         self._model_exists("sft.model", d.get("model", "tiny"))
         d.update(out_dir=f"{self.base}/sft", train_data=self._mix("sft"), prompt=self.prompt,
                  eval_data=self.data_file("aime", "test") if "aime" in self.data_tasks else "")
-        return self._typed(SFTConfig, d, "sft")
+        cfg = self._typed(SFTConfig, d, "sft")
+        preflight.sft_engine_check(cfg)
+        return cfg
 
     def _rl_config(self, variant: str, seed: int) -> RLConfig:
         v = self.variants[variant]
@@ -265,13 +268,7 @@ class Plan:
                  ckpt_every=self.ckpt_every, keep_steps=self.nonzero_steps(), prompt=self.prompt)
         key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
         cfg = self._typed(RLConfig, d, key)
-        if cfg.engine == "verl":     # refused fields stop the plan, not a GPU job hours later
-            from gspo import verl_engine
-
-            try:
-                verl_engine.check(cfg)
-            except ConfigError as e:
-                raise ConfigError(f"config: {key}.{e}") from None
+        preflight.engine_check(cfg, key)   # a refusal stops the plan, not a GPU job hours later
         return cfg
 
     def _eval_config(self, bench: str, *, intermediate: bool = False) -> dict:

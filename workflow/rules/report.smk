@@ -17,7 +17,7 @@ rule aggregate:
     conda:
         "../../environment.yml"
     shell:
-        "exec python -m pipeline.aggregate --out {output.scores} --report-config {input.config}"
+        "exec python -m pipeline.aggregate --out {output.scores}"
         " --workflow-config {input.workflow_config} {params.tracking} > {log} 2>&1"
 
 
