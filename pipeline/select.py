@@ -13,7 +13,6 @@ compares the algorithms at the chosen rates.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 
 from pipeline._cli import Parser, run
