@@ -31,7 +31,7 @@ def test_the_schema_names_the_registered_objectives_and_benchmarks_in_one_place_
             props["rl"]["properties"]["per_algorithm"]["propertyNames"]]
     assert {r["$ref"] for r in refs} == {"#/$defs/algorithm"}
     refs = [props["benchmarks"]["items"], props["train_tasks"]["propertyNames"],
-            props["rl_tasks"]["propertyNames"]]
+            props["rl_tasks"]["propertyNames"], props["fair"]["properties"]["benchmark"]]
     assert {r["$ref"] for r in refs} == {"#/$defs/benchmark"}
 
 
