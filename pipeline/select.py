@@ -17,6 +17,9 @@ import pathlib
 
 from pipeline._cli import Parser, run
 
+CSV_COLS = ["algorithm", "lr", "variant", "chosen", "seeds", "n_problems", "pass_at_1", "ci_low",
+            "ci_high"]
+
 
 def parser() -> Parser:
     ap = Parser("python -m pipeline.select", __doc__.splitlines()[0])
@@ -30,7 +33,8 @@ def parser() -> Parser:
 def main(argv=None):
     import yaml
 
-    from gspo.io import DataError, atomic_write_text, write_json
+    from gspo.io import DataError, write_json
+    from pipeline.report.files import write_csv
     from pipeline.report.selection import choose
 
     args = parser().parse_args(argv)
@@ -42,16 +46,12 @@ def main(argv=None):
         raise DataError(f"{args.config}: expected a select config with a `grid` mapping ({e})") from None
     sel = choose(cfg, iters=args.bootstrap_iters, confidence=args.confidence)
     out = pathlib.Path(args.out)
-    lines = ["algorithm,lr,variant,chosen,seeds,n_problems,pass_at_1,ci_low,ci_high"]
-    for alg, a in sel["algorithms"].items():
-        for p in a["points"]:
-            lines.append(f"{alg},{p['lr']},{p['variant']},{p['variant'] == a['chosen_variant']},"
-                         f"{p['seeds']},{p['n_problems']},{p['pass_at_1']:.4f},{p['ci_low']:.4f},"
-                         f"{p['ci_high']:.4f}")
-            print(f"{p['variant']:18s} validation pass@1 {p['pass_at_1']:.4f} "
-                  f"[{p['ci_low']:.4f}, {p['ci_high']:.4f}]")
-        print(f"{alg}: lr {a['chosen_lr']:g} chosen ({a['chosen_variant']})")
-    atomic_write_text(out.with_suffix(".csv"), "\n".join(lines) + "\n")
+    rows = [{"algorithm": alg, **p, "chosen": p["variant"] == a["chosen_variant"]}
+            for alg, a in sel["algorithms"].items() for p in a["points"]]
+    for r in rows:
+        print(f"{r['variant']:18s} validation pass@1 {r['pass_at_1']:.4f} "
+              f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]" + ("  (chosen)" if r["chosen"] else ""))
+    write_csv(out.with_suffix(".csv"), rows, CSV_COLS)
     write_json(out, sel)
 
 

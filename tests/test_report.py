@@ -712,7 +712,7 @@ def test_the_select_stage_writes_its_choice_and_names_a_missing_result_in_one_li
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["algorithms"]["gspo"]["chosen_lr"] == 1e-4
-    assert "gspo: lr 0.0001 chosen (gspo-lr1e-4)" in r.stdout
+    assert "gspo-lr1e-4" in r.stdout and r.stdout.count("(chosen)") == 2
     assert (tmp_path / "select" / "lr.csv").read_text().count("\n") == 5
     missing = cfg["grid"]["grpo"][0]["results"][1]
     pathlib.Path(missing).unlink()

@@ -18,6 +18,10 @@ def lr_name(lr: float) -> str:
     return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
 
 
+def variant_name(algorithm: str, lr: float) -> str:
+    return f"{algorithm}-lr{lr_name(lr)}"
+
+
 def grid(config: dict) -> list[float]:
     return [float(x) for x in (config.get("fair") or {}).get("lr_grid") or []]
 
@@ -32,9 +36,8 @@ def variants(algorithms: list[str], rates: list[float]) -> dict[str, dict]:
     out = {}
     for lr in rates:
         for a in algorithms:
-            name = f"{a}-lr{lr_name(lr)}"
-            base = f"grpo-lr{lr_name(lr)}" if a != "grpo" and "grpo" in algorithms else ""
-            out[name] = {"algorithm": a, "baseline": base, "rl": {"lr": lr},
+            base = variant_name("grpo", lr) if a != "grpo" and "grpo" in algorithms else ""
+            out[variant_name(a, lr)] = {"algorithm": a, "baseline": base, "rl": {"lr": lr},
                          "description": f"{a.upper()} at lr {lr_name(lr)} (fair protocol grid)"}
     return out
 
@@ -51,8 +54,8 @@ def select_config(config: dict, base: str, algorithms: list[str], seeds: list[in
     s = settings(config)
     bench = s["benchmark"]
     return {"benchmark": bench, "seeds": seeds, "grid": {
-        a: [{"lr": lr, "variant": f"{a}-lr{lr_name(lr)}",
-             "results": [f"{base}/eval/{a}-lr{lr_name(lr)}/seed{sd}/val/{bench}/results.jsonl"
+        a: [{"lr": lr, "variant": variant_name(a, lr),
+             "results": [f"{base}/eval/{variant_name(a, lr)}/seed{sd}/val/{bench}/results.jsonl"
                          for sd in seeds]} for lr in grid(config)] for a in algorithms}}
 
 
