@@ -10,7 +10,8 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from gspo.fields import ConfigError, check, option
+from gspo.fields import ConfigError as ConfigError  # the configs' error, imported with them
+from gspo.fields import check, option
 from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
 
