@@ -28,9 +28,10 @@ from gspo.models import build_tiny, load_model
 from gspo.rollout import make_engine
 
 
-def timed(fn):
+def timed(fn, *args, **kw):
+    """(fn(*args, **kw), its seconds)."""
     t = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kw)
     return out, time.perf_counter() - t
 
 
@@ -55,8 +56,8 @@ def main():
     for rep in range(args.repeats + 1):
         timings = {}
         for name, ask in (("plain", False), ("recording routing", True)):
-            groups, dt = timed(lambda: engine.generate(prompts, n=args.n, max_new_tokens=args.new,
-                                                       seed=rep, return_routing=ask))
+            groups, dt = timed(engine.generate, prompts, n=args.n, max_new_tokens=args.new,
+                               seed=rep, return_routing=ask)
             timings[name] = (sum(len(c.token_ids) for g in groups for c in g), dt)
         flat_p = [p for p, g in zip(prompts, groups) for _ in g]
         comps = [c for g in groups for c in g]
@@ -65,11 +66,11 @@ def main():
                                      moe.routers(model)[0][2].num_experts)
         cache_bytes = routing.nbytes
         with torch.no_grad():
-            _, t_plain = timed(lambda: sequence_logprobs(model, batch))
+            _, t_plain = timed(sequence_logprobs, model, batch)
             with moe.routing_hooks(model, record=True):
-                _, t_rec = timed(lambda: sequence_logprobs(model, batch))
+                _, t_rec = timed(sequence_logprobs, model, batch)
             with moe.routing_hooks(model, replay=routing):
-                _, t_rep = timed(lambda: sequence_logprobs(model, batch))
+                _, t_rep = timed(sequence_logprobs, model, batch)
         if rep:
             for name, (ntok, dt) in timings.items():
                 gen[name].append(ntok / dt)

@@ -108,7 +108,7 @@ def compare_old_logprobs(path, work: pathlib.Path, *, steps: int, threads: int,
                        rollout=RolloutConfig(dtype=dtype))
         trainers[mode] = cfg
     for step in range(1, steps + 1):
-        for mode, cfg in trainers.items():
+        for cfg in trainers.values():
             cfg.steps, cfg.resume = step, True
             Trainer(cfg, rewards).train()
     step_time = {}

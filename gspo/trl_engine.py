@@ -298,7 +298,7 @@ def _trl():
         warnings.filterwarnings("ignore", "TRL currently supports vLLM", UserWarning)
         import trl
 
-        trl.GRPOTrainer      # its lazy import warns here
+        _ = trl.GRPOTrainer      # read for its lazy import, which warns here
     return trl
 
 

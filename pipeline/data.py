@@ -26,7 +26,7 @@ def aime_set(n: int, steps: list[int], *, split: str, seed: int, cfg: DataGenCon
     share = cfg.test_fraction if split == "test" else 1 - cfg.test_fraction
     space = {s: int(0.5 * share * a.max_operand ** (2 + s) * 2 ** s) for s in steps}
     counts = {s: 0 for s in steps}
-    for i in range(n):
+    for _ in range(n):
         open_tiers = [s for s in steps if counts[s] < space[s]] or steps
         counts[min(open_tiers, key=lambda s: (counts[s], s))] += 1
     recs = []

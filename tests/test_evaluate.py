@@ -268,8 +268,8 @@ def _evaluate(model, cfg, out, monkeypatch, fail_at=0):
     """ev.evaluate on the real torch engine, wrapped in Counting; (engines made, result)."""
     made = []
 
-    def make(cfg, model, world=ev.dist.World()):
-        engine, tok = MAKE_ENGINE(cfg, model, world)
+    def make(cfg, model, world=None):
+        engine, tok = MAKE_ENGINE(cfg, model, world or ev.dist.World())
         made.append(Counting(engine, fail_at))
         return made[-1], tok
 

@@ -49,9 +49,9 @@ def _wait_http(url: str, proc, timeout: float):
             raise AssertionError(f"{proc.args[:3]} exited with {proc.returncode}")
         try:
             return _http("GET", url, timeout=5)
-        except (urllib.error.URLError, ConnectionError, OSError):
+        except (urllib.error.URLError, ConnectionError, OSError) as e:
             if time.time() > deadline:
-                raise AssertionError(f"{url} did not answer within {timeout} s")
+                raise AssertionError(f"{url} did not answer within {timeout} s") from e
             time.sleep(0.5)
 
 

@@ -150,10 +150,10 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
         proc.send_signal(signal.SIGABRT)
         proc.wait(timeout=30)
-        raise AssertionError("still running 120 s after SIGTERM:\n" + log.read_text()[-6000:])
+        raise AssertionError("still running 120 s after SIGTERM:\n" + log.read_text()[-6000:]) from e
     assert code == 128 + signal.SIGTERM, log.read_text()[-2000:]
     run = _run_of(tmp_path / "rl", db)
     assert run.info.status == "KILLED"

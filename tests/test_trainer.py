@@ -417,7 +417,8 @@ def test_the_old_logprob_pass_keeps_to_the_token_budget_and_computes_the_same_lo
                                         max_tokens_per_micro_batch=budget), rewards)
         shapes = []
         hook = tr.policy.register_forward_pre_hook(
-            lambda m, args, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+            lambda m, args, kw, into=shapes: into.append(tuple(kw["input_ids"].shape)),
+            with_kwargs=True)
         out[budget] = tr.old_logprobs(batch)
         hook.remove()
         out[budget] += (shapes,)

@@ -125,6 +125,12 @@ def curve_points(evals: list[dict], pops: dict, *, iters: int, confidence: float
     return rows
 
 
+def _mean_sd(points: list[dict], key: str) -> float | None:
+    """The mean standard deviation over `points` whose variance `key` is known (None: none)."""
+    vals = [p[key] for p in points if p[key] is not None]
+    return statistics.mean(v ** 0.5 for v in vals) if vals else None
+
+
 def draw_summary(points: list[dict]) -> list[dict]:
     """Per benchmark: its population and, over the points of the curves (SFT model left out:
     it has no runs), the mean standard deviation of a point and its parts (runs, problems, and
@@ -134,17 +140,13 @@ def draw_summary(points: list[dict]) -> list[dict]:
         ps = [p for p in points if p["benchmark"] == bench and p["budget"] > 0]
         if not ps:
             continue
-
-        def sd(key):
-            vals = [p[key] for p in ps if p[key] is not None]
-            return statistics.mean(v ** 0.5 for v in vals) if vals else None
-
         shares = [p["draw_share"] for p in ps if p["draw_share"] is not None]
         out.append({"benchmark": bench, "n_problems": ps[0]["n_problems"],
                     "samples": ps[0]["samples"], "points": len(ps),
                     "sd_point": statistics.mean((p["var_problems"] + (p["var_runs"] or 0)) ** 0.5
                                                 for p in ps),
-                    "sd_runs": sd("var_runs"), "sd_problems": sd("var_problems"),
-                    "sd_draw": sd("var_draw"),
+                    "sd_runs": _mean_sd(ps, "var_runs"),
+                    "sd_problems": _mean_sd(ps, "var_problems"),
+                    "sd_draw": _mean_sd(ps, "var_draw"),
                     "draw_share": statistics.mean(shares) if shares else None})
     return out

@@ -91,7 +91,7 @@ def _common_ids(evals: list[dict]) -> list[str]:
     return sorted(set.intersection(*sets)) if sets and all(sets) else []
 
 
-def _bootstrap(comp, y, r0_problems, *, iters: int, confidence: float) -> dict:
+def _bootstrap(comp, y, r0_problems, *, iters: int) -> dict:
     """The two-level bootstrap of the fit (pipeline.report.resample: seeds with replacement,
     their deviations scaled for the few runs, one problem draw for every budget and for R0),
     per parameter: the percentile interval widened by t_dof / z, and the variance split from
@@ -106,7 +106,7 @@ def _bootstrap(comp, y, r0_problems, *, iters: int, confidence: float) -> dict:
                          ("problems", np.full_like(w, 1 / s), v)):
         pts = np.einsum("ds,ksp,dp->dk", ws, yi, vs, optimize=True)
         fits[mode] = fit_many(comp, pts, vs @ r0_problems)
-    alpha, out = (1 - confidence) / 2, {}
+    out = {}
     for name in ("asymptote", "efficiency", "c_mid"):
         # c_mid spans decades: its interval and variance are taken on the log scale
         tf = np.log if name == "c_mid" else (lambda a: a)
@@ -134,7 +134,7 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
     r0_problems = np.array([[e["problems"][i] for i in ids] for e in base]).mean(axis=0)
     r0 = float(r0_problems.mean())
     best = fit(comp, y.mean(axis=(1, 2)), r0)
-    boot = _bootstrap(comp, y, r0_problems, iters=iters, confidence=confidence)
+    boot = _bootstrap(comp, y, r0_problems, iters=iters)
     alpha = (1 - confidence) / 2
     ranges = {"asymptote": SCORE_RANGE, "efficiency": (B_GRID[0], B_GRID[-1]),
               "c_mid": (-np.inf, np.inf)}

@@ -65,7 +65,7 @@ def node_ip(host: str, strict: bool = True) -> str:
     except OSError as e:
         if not strict:
             return name
-        raise SystemExit(f"verl_launch: {name}: no address ({e}); give it as --hosts {name}=IP")
+        raise SystemExit(f"verl_launch: {name}: no address ({e}); give it as --hosts {name}=IP") from e
 
 
 def container_cmd(image: str, job: dict, job_dir: pathlib.Path) -> list[str]:

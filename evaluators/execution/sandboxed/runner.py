@@ -215,7 +215,7 @@ def _gspo_program(spec, env, chan):
                 return _gspo_child(test, env, (stdin_fd, pipes[0][1], pipes[1][1], chan_w))
             except BaseException:
                 _os._exit(125)
-        for r, w in pipes:
+        for _, w in pipes:
             _os.close(w)
         _os.close(stdin_fd)
         rc, killed, wall, outs = _gspo_watch(pid, test, [r for r, _ in pipes], start)
