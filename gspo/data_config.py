@@ -98,11 +98,11 @@ class TaskFiles:
                   f"must be an ISO date YYYY-MM-DD, got {v!r}")
         check(not (self.test_start and self.test_end) or self.test_start <= self.test_end,
               "test_start", f"{self.test_start} is after test_end {self.test_end}")
-        check(not self.window or self.test, "test_start",
+        check(not self.window or bool(self.test), "test_start",
               "filters a loaded test file by release date; set test to that file")
         check(re.fullmatch(r"(release_v\d+|v\d+|release_latest)?", self.version) is not None,
               "version", f"must be release_vN, vN or release_latest, got {self.version!r}")
-        check(not self.test_split or self.test, "test_split", "is the split of a hub dataset "
+        check(not self.test_split or bool(self.test), "test_split", "is the split of a hub dataset "
               "named as test; set test to its name")
 
     def load_kwargs(self, part: str) -> dict:

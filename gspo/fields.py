@@ -6,10 +6,12 @@ configs and the engines' own settings use them; nothing here imports the rest of
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import field
 
 import yaml
@@ -21,12 +23,15 @@ class ConfigError(ValueError):
 
 def option(default, text: str, **kw):
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        return field(default_factory=lambda d=default: _copy(d), metadata={"help": text}, **kw)
+        return field(default_factory=functools.partial(_copy, default), metadata={"help": text},
+                     **kw)
     return field(default=default, metadata={"help": text}, **kw)
 
 
 def _copy(v):
-    return json.loads(json.dumps(v)) if not dataclasses.is_dataclass(v) else dataclasses.replace(v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.replace(v)
+    return json.loads(json.dumps(v))
 
 
 def check(cond: bool, name: str, msg: str):
@@ -116,7 +121,7 @@ def apply_overrides(data: dict, overrides) -> dict:
     return data
 
 
-def load(cls, path, overrides: list[str] = ()):
+def load(cls, path, overrides: Sequence[str] = ()):
     """Load `cls` from YAML file `path`, then apply `key.sub=value` overrides (values are YAML)."""
     path = pathlib.Path(path)
     if not path.is_file():
@@ -144,6 +149,7 @@ def describe(cls) -> list[tuple[str, str, object, str]]:
     """(name, type, default, help) of each field: the source of the docs' config reference."""
     out = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                   else f.default)
         out.append((f.name, str(f.type), default, f.metadata.get("help", "")))
     return out

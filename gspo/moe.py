@@ -141,7 +141,7 @@ class _Hooks:
         self._recorded: dict[int, list[torch.Tensor]] = {i: [] for i, _, _ in self.routers}
         self._own: dict[int, list[torch.Tensor]] = {i: [] for i, _, _ in self.routers}
         self._logits: dict[int, list[torch.Tensor]] = {i: [] for i, _, _ in self.routers}
-        self._handles = []
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
         if replay is not None:
             missing = sorted({i for i, _, _ in self.routers} - set(replay.layers))
             if missing:

@@ -174,6 +174,14 @@ def _accumulate(lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, ol
     return loss_sum, step_metrics.reduce_over_ranks(step_metrics.combine_micro(acc), world)
 
 
+def _replayed(lrn: Learner, old: OldPolicy, idx: torch.Tensor) -> moe.Routing | None:
+    """The old routing of rows `idx`, to replay (routing_replay), else None."""
+    if not lrn.cfg.routing_replay:
+        return None
+    assert old.routing is not None, "routing_replay: the step recorded no old routing"
+    return old.routing.rows(idx)
+
+
 def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
                 first: dict | None) -> tuple[torch.Tensor, dict]:
     """The policy loss of one micro-batch (rows `idx` of the rank's batch); `first` collects
@@ -183,7 +191,7 @@ def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
     # minibatch's routing as the old one (for the volatility metric).
     with moe.routing_hooks(
             lrn.policy,
-            replay=old.routing.rows(idx) if cfg.routing_replay else None,
+            replay=_replayed(lrn, old, idx),
             record=(lrn.is_moe and first is not None and cfg.moe_metrics
                     and cfg.old_logprobs == "rollout"),
             keep_logits=lrn.is_moe and cfg.router_aux_loss_coef > 0) as hooks, _compute(lrn):
@@ -207,6 +215,7 @@ def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
         with torch.no_grad(), _compute(lrn):
             ref_logp = sequence_logprobs(lrn.ref, sub, cfg.temperature,
                                          chunk=cfg.logprob_chunk)
+    assert cfg.eps_low is not None and cfg.eps_high is not None and cfg.agg is not None  # set
     loss, m = objectives.policy_loss(
         logp, old_logp, old.adv[idx], sub["target_mask"],
         objective=cfg.algorithm, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,

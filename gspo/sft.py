@@ -234,7 +234,8 @@ def _run_sft(cfg: SFTConfig, scorer: Scorer | None, world: dist.World) -> pathli
             rec = {"loss": loss, "lr": lr, "grad_norm": gnorm,
                    "tokens_trained": trained, "compute_flops": total_flops,
                    "wall_s": time.time() - t0}
-            if eval_recs and ((cfg.eval_every and step and step % cfg.eval_every == 0) or last):
+            if eval_recs and scorer is not None and (   # start() asks for a scorer with eval_data
+                    (cfg.eval_every and step and step % cfg.eval_every == 0) or last):
                 rec["greedy_accuracy"] = greedy_accuracy(model, codec, eval_recs, max_resp,
                                                          scorer, world, cfg.precision)
             if log is not None:

@@ -69,7 +69,9 @@ def dynamic_sampling(draw, group_size: int, max_rounds: int, world: dist.World =
         raise TrainingError("dynamic_sampling: runs in a world of one for now (which groups "
                             "are kept would depend on the number of ranks); set it to false "
                             "or run without torchrun")
-    kept, dropped, n, rounds = [], [], 0, 0
+    kept: list[tuple] = []
+    dropped: list[tuple] = []
+    n = rounds = 0
     for k in range(max_rounds):
         p, c, r = draw(k)
         rounds, n = k + 1, n or len(r) // group_size

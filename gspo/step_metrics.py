@@ -4,6 +4,8 @@ log-prob gap."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from gspo import moe
@@ -25,7 +27,7 @@ def reduce_over_ranks(rec: dict, world) -> dict:
         return rec
     keys = sorted(set(dist.gather_objects(sorted(rec), world)))
     ops = {"ratio_min": ("min", float("inf")), "ratio_max": ("max", float("-inf"))}
-    out = {}
+    out: dict[str, float] = {}
     for op in ("sum", "min", "max"):
         ks = [k for k in keys if ops.get(k, ("sum", 0.0))[0] == op]
         if ks:
@@ -128,7 +130,7 @@ def engine_routing_mismatch(engine_routing, own_old_routing, batch, first: dict)
     return {"moe/engine_routing_mismatch": v["moe/volatility"]} if v else {}
 
 
-def mfu(forward_flops: float, phases: dict[str, tuple[float, float]], peak: float) -> dict:
+def mfu(forward_flops: float, phases: Mapping[str, tuple[float, float]], peak: float) -> dict:
     """Model FLOPs utilisation of each phase: {phase: (passes, seconds)} where a phase costs
     `passes` forward passes' worth of `forward_flops` (the step's F(L) summed over every rank's
     sequences; gspo.flops), against `peak`, the FLOP/s of all the job's devices together. A

@@ -46,6 +46,7 @@ import pathlib
 import signal
 import sys
 import threading
+import typing
 
 from gspo.mlflow_store import (DEFAULT_EXPERIMENT, StoredSteps, artifact_root_for,  # noqa: F401
                                client, create_run, experiment_id, flatten, fresh_summary_run,
@@ -70,14 +71,18 @@ class Tracking:
         return self.uri is not None
 
     def client(self):
+        assert self.uri is not None, "tracking is off: no store"
         return client(self.uri)
 
     def experiment_id(self) -> str:
         """The experiment's id, created (once, even with concurrent callers) when missing; a
         SQLite store's folder is created first."""
+        assert self.uri is not None, "tracking is off: no store to hold an experiment"
         if self.uri.startswith("sqlite:///"):
             pathlib.Path(self.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        return experiment_id(self.client(), self.experiment)
+        exp_id = experiment_id(self.client(), self.experiment)    # created when missing
+        assert exp_id is not None
+        return exp_id
 
     def with_(self, **changes) -> "Tracking":
         """A copy with fields replaced; `tags` are merged into the current ones."""
@@ -233,7 +238,7 @@ class StageRun:
         self.run_id: str | None = None
         self.resume_step: int | None = None
         self._buffer: list[tuple[int, dict]] = []     # records not yet acknowledged by the store
-        self._client = None
+        self._client: typing.Any = None               # the store's MlflowClient, once a run exists
         self._stored: StoredSteps | None = None
         self._broken = False
 
@@ -292,9 +297,11 @@ class StageRun:
         p = self.out_dir / "run_info.json"
         return json.loads(p.read_text()) if p.is_file() else {}
 
-    def _ensure_run(self) -> None:
+    def _ensure_run(self) -> str:
+        """The stage's run id, the run reopened or created at the first call."""
         if self.run_id is not None:
-            return
+            return self.run_id
+        assert self.uri is not None, "tracking is off: no run to make"
         cl = self._client = client(self.uri)
         info = self._info()
         run_file = self.out_dir / RUN_FILE
@@ -311,7 +318,7 @@ class StageRun:
                     self._stored = StoredSteps(cl, self.run_id, fresh=False)
                     retry(cl.update_run, self.run_id, status="RUNNING")
                     set_tags(cl, self.run_id, {"resumed_at_step": str(self.resume_step)})
-                    return
+                    return self.run_id
         # a stage starting over where an earlier attempt left a run (one killed before its first
         # checkpoint): that run is replaced, or the experiment would hold two runs of one seed
         supersede(self.out_dir, self.tracking)
@@ -327,28 +334,27 @@ class StageRun:
                               "experiment": exp_name, "tracking_uri": self.uri})
         if info.get("config"):
             log_params(cl, self.run_id, flatten(info["config"]))
+        return self.run_id
 
     def close(self, exc: BaseException | None) -> None:
         if not self.enabled or self._broken:
             return
         status = status_for(exc)
         try:
-            if self.run_id is None:
-                if (not (self.out_dir / "run_info.json").is_file()
-                        or (status == "FINISHED" and not self._buffer)):
-                    return  # nothing began, or nothing was recorded and nothing went wrong
-                self._ensure_run()
+            if self.run_id is None and (not (self.out_dir / "run_info.json").is_file()
+                                        or (status == "FINISHED" and not self._buffer)):
+                return  # nothing began, or nothing was recorded and nothing went wrong
+            run_id = self._ensure_run()
             if status == "FINISHED":
                 self.flush()
             else:
                 self.flush(self._latest_checkpoint_step() if self.commit_mode == "checkpoint"
                            else None)
-                set_tags(self._client, self.run_id,
-                         {"error": f"{type(exc).__name__}: {exc}"[:5000]})
+                set_tags(self._client, run_id, {"error": f"{type(exc).__name__}: {exc}"[:5000]})
             for name in ARTIFACTS:
                 if (self.out_dir / name).is_file():
-                    retry(self._client.log_artifact, self.run_id, str(self.out_dir / name))
-            retry(self._client.set_terminated, self.run_id, status)
+                    retry(self._client.log_artifact, run_id, str(self.out_dir / name))
+            retry(self._client.set_terminated, run_id, status)
         except Exception as e:  # noqa: BLE001
             _warn(f"could not close MLflow run {self.run_id} ({type(e).__name__}: {e})")
 

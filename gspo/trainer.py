@@ -59,12 +59,15 @@ class Trainer:
         src = resume_from if resume_from is not None else cfg.model
         self.policy, self.tok = dist.load_sharded(src, world, cfg.device, cfg.precision,
                                                   prepare=self._prepare)
-        self.old_routing = None          # MoE: the replayed / old top-k experts (moe.Routing)
-        self.own_old_routing = None      # MoE: what the old policy's routers picked themselves
-        self.engine_routing = None       # MoE: what the rollout engine's routers picked
-        self.is_weights = None           # the step's rollout-correction weights (gspo.shaping)
-        self.sampled = {}                # the step's dynamic-sampling metrics (gspo.shaping)
-        self.sample_stats = None         # a logged step's per-sample ratio and clip (gspo.samples)
+        self.old_routing: moe.Routing | None = None   # MoE: the replayed / old top-k experts
+        # MoE: what the old policy's routers picked themselves, and the rollout engine's
+        self.own_old_routing: moe.Routing | None = None
+        self.engine_routing: moe.Routing | None = None
+        # the step's rollout-correction weights (gspo.shaping)
+        self.is_weights: torch.Tensor | None = None
+        self.sampled: dict[str, float] = {}   # the step's dynamic-sampling metrics (gspo.shaping)
+        # a logged step's per-sample ratio and clip (gspo.samples)
+        self.sample_stats: torch.Tensor | None = None
         # non-finite updates in a row, over steps (gspo.policy_update)
         self.nonfinite = policy_update.NonfiniteStreak(cfg.max_consecutive_nonfinite)
         # The torch engine reports its routing on MoE models: replayed with

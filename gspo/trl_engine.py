@@ -28,6 +28,7 @@ import math
 import pathlib
 import shutil
 import time
+import typing
 import warnings
 
 import torch
@@ -44,6 +45,9 @@ from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 from gspo.tracking import MetricsLog
 from gspo.trl_fields import FIELDS  # noqa: F401  (RLConfig field -> TRL; docs/ENGINES.md)
+
+if typing.TYPE_CHECKING:
+    from gspo.trl_rollout import Rollout
 
 # TRL's logged name -> this project's (the report's curves, fit and claims read these)
 METRICS = {"reward": "reward_mean", "reward_std": "reward_std",
@@ -62,6 +66,7 @@ ENGINE = "engine: trl"
 def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
     """(field, why) for each value of `cfg` TRL cannot honour as this project defines it."""
     d, base = to_dict(cfg), to_dict(RLConfig(train_data=cfg.train_data))
+    assert cfg.eps_low is not None and cfg.agg is not None     # set by RLConfig.__post_init__
     out = Refusals()
     need = out.need
 
@@ -123,6 +128,7 @@ def grpo_args(cfg: RLConfig, world_size: int = 1, prompt_len: int = 0) -> dict:
         raise ConfigError(f"micro_batch_size: {micro} does not divide the minibatch of {mb} "
                           f"sequences ({ENGINE})")
     accum = mb // micro
+    assert cfg.agg is not None and cfg.eps_high is not None     # set by RLConfig.__post_init__
     form = OBJECTIVES[cfg.algorithm].trl          # token / sequence, or a loss_type of TRL's own
     loss_type = LOSS_TYPE[cfg.agg] if form in ("token", "sequence") else form
     eps_high = 1.0 + cfg.eps_high if cfg.algorithm == "cispo" else cfg.eps_high
@@ -176,7 +182,7 @@ class _Run:
     pending: list = dataclasses.field(default_factory=lambda: [0.0, 0, 0])  # this rank's, unsent
     clock: dict = dataclasses.field(default_factory=dict)
     old_pass: int = 0                        # 1 when TRL makes an old-log-prob pass
-    rollout: object = None                   # rollout.engine vllm: gspo.trl_rollout.Rollout
+    rollout: Rollout | None = None           # rollout.engine vllm
     sharding: str = "none"                   # gspo.trl_fsdp.sharding: fsdp2 on several ranks
     step: int = 0                            # rollout steps whose samples the reward saw
 
@@ -348,9 +354,10 @@ def train(cfg: RLConfig, reward_fn, world: dist.World = dist.World()) -> pathlib
     resume_from = ckpt.latest_checkpoint(out / "checkpoints") if cfg.resume else None
     if resume_from is not None:
         ckpt.check_same_run(out / "run_info.json", to_dict(cfg))
-    st = (torch.load(resume_from / ckpt.STATE, weights_only=False) if resume_from is not None
-          else {"step": 0, "counters": {"compute_flops": 0.0, "tokens_generated": 0,
-                                         "tokens_trained": 0, "wall_s": 0.0}})
+    st: dict[str, typing.Any] = (
+        torch.load(resume_from / ckpt.STATE, weights_only=False) if resume_from is not None
+        else {"step": 0, "counters": {"compute_flops": 0.0, "tokens_generated": 0,
+                                      "tokens_trained": 0, "wall_s": 0.0}})
     run = _Run(cfg, world, None, dict(st["counters"]), step=st["step"])
     if world.main:
         run.log = MetricsLog(out / "metrics.jsonl",

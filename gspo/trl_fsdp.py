@@ -89,7 +89,7 @@ def untied_saves(base):
     (gspo.checkpoint.untied). A resume reads TRL's FSDP state file, not these."""
     from gspo.checkpoint import untied
 
-    class Trainer(base):
+    class Trainer(base):  # type: ignore[valid-type,misc]  # a class given at run time
         def _save(self, output_dir=None, state_dict=None):
             super()._save(output_dir, untied(self.accelerator.unwrap_model(self.model),
                                              state_dict))

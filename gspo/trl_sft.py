@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import pathlib
 import time
+import typing
 
 import torch
 
@@ -185,6 +186,9 @@ def _trainer_class(base, cfg: SFTConfig):
     from gspo.sft import lr_at
 
     class Trainer(base):
+        optimizer: typing.Any           # the base class's, made here
+        lr_scheduler: typing.Any
+
         def create_optimizer(self, model=None):
             if self.optimizer is None:
                 params = (self.model if model is None else model).parameters()

@@ -114,7 +114,8 @@ def steps_to_collect(rows: dict, saved: set, steps: int) -> list[int]:
 
 def _spans(steps) -> str:
     """1-3,5 for [1, 2, 3, 5]."""
-    out, steps = [], sorted(steps)
+    out: list[list[int]] = []
+    steps = sorted(steps)
     for s in steps:
         if out and out[-1][1] == s - 1:
             out[-1][1] = s

@@ -244,7 +244,7 @@ def _conditional(cfg: RLConfig) -> dict:
     """The overrides that depend on a setting: batch sizes, the rollout engine's limits, the
     rollout correction, the backend's memory and layout settings (`_megatron`)."""
     a, r = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    o = {}
+    o: dict[str, object] = {}
     if cfg.agg == "seq-mean-token-sum-norm":
         o[f"{a}.loss_scale_factor"] = cfg.max_new_tokens
     micro = cfg.micro_batch_size or 1      # verl needs a size; 1 keeps any GPU count valid

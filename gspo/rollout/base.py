@@ -25,7 +25,8 @@ class Engine(Protocol):
                  stop_token_ids: list[int] | None = None,
                  return_routing: bool = False) -> list[list[Completion]]: ...
 
-    def update_weights(self, state_dict) -> None: ...
+    # world: the torchrun world, where ranks share the sync's file per node (vLLM)
+    def update_weights(self, state_dict, world=None) -> None: ...
 
     def close(self) -> None: ...     # release processes and memory (vLLM); idempotent
 

@@ -123,8 +123,9 @@ class TorchEngine:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.max_len = cfg.max_position_embeddings
 
-    def update_weights(self, state_dict) -> None:
-        """Load new policy weights (e.g. the trainer's `state_dict()`) into the engine's model."""
+    def update_weights(self, state_dict, world=None) -> None:
+        """Load new policy weights (e.g. the trainer's `state_dict()`) into the engine's model
+        (its own process's: `world` changes nothing)."""
         with torch.no_grad():
             self.model.load_state_dict(state_dict, strict=True)
 

@@ -72,6 +72,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import typing
 
 import torch
 
@@ -224,6 +225,10 @@ class WorkerExtension:
 
     `LLM.collective_rpc("gspo_reload_weights", args=(path,))` then needs no pickled callables.
     """
+
+    # the worker's own methods, which these call
+    reload_weights: typing.Callable[..., None]
+    get_model: typing.Callable[[], torch.nn.Module]
 
     def gspo_reload_weights(self, weights_path: str) -> dict[str, int]:
         """Reload all weights from the safetensors folder `weights_path`, in place."""
