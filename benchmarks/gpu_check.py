@@ -54,7 +54,6 @@ in --json FILE) for docs/EXPERIMENTS.md; failures go to stderr as `gpu_check: FA
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import gc
 import json
@@ -69,8 +68,16 @@ import time
 import traceback
 
 # a sibling module: running `python benchmarks/gpu_check.py` puts benchmarks/ first on sys.path
-from gpu_check_parts import (GIB, MemoryMonitor, count_params_of, dir_bytes, one_line,
-                             print_table, timed, write_random_qwen3)
+from gpu_check_parts import (
+    GIB,
+    MemoryMonitor,
+    count_params_of,
+    dir_bytes,
+    one_line,
+    print_table,
+    timed,
+    write_random_qwen3,
+)
 from gpu_check_phases import MorePhases, training_state, vllm_importable, write_partial
 
 H100_BF16 = 989e12

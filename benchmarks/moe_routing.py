@@ -18,14 +18,14 @@ import time
 
 import torch
 
-# a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path
-from rollout_and_step import workload_parser
-
 from evaluators.benchmarks import aime
 from gspo import moe
 from gspo.data import pad_batch, sequence_logprobs
 from gspo.models import build_tiny, load_model
 from gspo.rollout import make_engine
+
+# a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path
+from rollout_and_step import workload_parser
 
 
 def timed(fn, *args, **kw):

@@ -18,15 +18,14 @@ import time
 
 import torch
 
-
 from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
 from gspo.config import DataSource, RLConfig, RolloutConfig
 from gspo.io import write_jsonl
 from gspo.models import build_tiny, load_model
 from gspo.rollout import make_engine
-from gspo.trainer import Trainer
 from gspo.tracking import read_metrics
+from gspo.trainer import Trainer
 
 
 def hf_generate(model, prompts, n, new, eos, pad):

@@ -27,7 +27,8 @@ import os
 import sys
 import time
 
-from evaluators.benchmarks import judge, livecodebench as lcb
+from evaluators.benchmarks import judge
+from evaluators.benchmarks import livecodebench as lcb
 from evaluators.execution import batch, sandbox
 
 

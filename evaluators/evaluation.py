@@ -57,9 +57,9 @@ from evaluators.metrics import aggregate, bootstrap_ci, majority_correct, proble
 from gspo import distributed as dist
 from gspo import provenance, tokens
 from gspo.config import PromptConfig, check, option
+from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
 from gspo.rollout.base import problem_seed
 from gspo.tokens import Codec
-from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
 
 
 @dataclass

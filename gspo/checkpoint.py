@@ -252,8 +252,10 @@ def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, stat
 
 def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta, precision):
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
 
     from gspo import distributed as dist
 
@@ -289,10 +291,12 @@ def load_training_state(policy, opt, ckpt_dir: pathlib.Path, st: dict) -> None:
         opt.load_state_dict(st["optimizer"])
         return
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
-                                                         get_optimizer_state_dict,
-                                                         set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     state = {"optimizer": get_optimizer_state_dict(policy, opt)}
     if st.get("masters"):

@@ -15,7 +15,6 @@ from gspo.fields import check, option
 from gspo.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 
 
-
 @dataclass
 class DataSource:
     path: str = option("", "JSONL file of task records (fields id, task, prompt, solution, ...)")

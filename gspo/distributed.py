@@ -281,8 +281,7 @@ def full_state_dict(model, world: World, *, rank0_only: bool = False,
     if not world.distributed:
         return model.state_dict()
     if rank0_only:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
-                                                             get_model_state_dict)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
                                                                     cpu_offload=True))

@@ -16,8 +16,7 @@ import json
 import pathlib
 import sys
 
-from gspo.mlflow_store import (create_run, flatten, log_metrics, log_params, replace_metrics,
-                               retry)
+from gspo.mlflow_store import create_run, flatten, log_metrics, log_params, replace_metrics, retry
 from gspo.tracking import RUN_FILE, Tracking
 
 

@@ -14,18 +14,17 @@ from __future__ import annotations
 import math
 import pathlib
 import time
+from typing import Callable
 
 import torch
 from tqdm import tqdm
-
-from typing import Callable
 
 from gspo import distributed as dist
 from gspo import tokens
 from gspo.checkpoint import publish_model, run_info, save_checkpoint, write_run_info
 from gspo.config import ConfigError, SFTConfig
-from gspo.fields import to_dict
 from gspo.data import Mix, micro_batches, pad_batch, sequence_logprobs, trim_padding
+from gspo.fields import to_dict
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
 from gspo.models import PRESETS, build_tiny, enable_activation_checkpointing

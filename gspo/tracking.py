@@ -48,10 +48,25 @@ import sys
 import threading
 import typing
 
-from gspo.mlflow_store import (DEFAULT_EXPERIMENT, StoredSteps, artifact_root_for,  # noqa: F401
-                               client, create_run, experiment_id, flatten, fresh_summary_run,
-                               log_metrics, log_params, numeric_metrics, replace_metrics, retry,
-                               run_tags, set_tags, stage_runs, truncate_metrics)
+from gspo.mlflow_store import (  # noqa: F401
+    DEFAULT_EXPERIMENT,
+    StoredSteps,
+    artifact_root_for,
+    client,
+    create_run,
+    experiment_id,
+    flatten,
+    fresh_summary_run,
+    log_metrics,
+    log_params,
+    numeric_metrics,
+    replace_metrics,
+    retry,
+    run_tags,
+    set_tags,
+    stage_runs,
+    truncate_metrics,
+)
 
 RUN_FILE = "mlflow_run.json"
 ARTIFACTS = ("run_info.json", "summary.json", "metrics.jsonl")

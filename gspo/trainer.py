@@ -25,10 +25,9 @@ from gspo import distributed as dist
 from gspo import moe, objectives, policy_update, samples, shaping, step_metrics, tokens
 from gspo.checkpoint import STATE, latest_checkpoint, publish_model, run_info, write_run_info
 from gspo.config import RLConfig
-from gspo.fields import to_dict
-from gspo.data import (Mix, micro_batched, micro_batches, pad_batch, prompt_seed,
-                       sequence_logprobs)
+from gspo.data import Mix, micro_batched, micro_batches, pad_batch, prompt_seed, sequence_logprobs
 from gspo.errors import TrainingError
+from gspo.fields import to_dict
 from gspo.flops import FlopCounter
 from gspo.io import write_json
 from gspo.models import enable_activation_checkpointing

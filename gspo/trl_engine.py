@@ -37,9 +37,9 @@ from gspo import checkpoint as ckpt
 from gspo import distributed as dist
 from gspo import samples, step_metrics, trl_batch, trl_fsdp
 from gspo.config import ConfigError, RLConfig, RolloutConfig
-from gspo.fields import Refusals, to_dict
 from gspo.data import Mix
 from gspo.errors import TrainingError
+from gspo.fields import Refusals, to_dict
 from gspo.flops import FlopCounter
 from gspo.io import write_json
 from gspo.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES

@@ -31,8 +31,8 @@ from gspo import checkpoint as ckpt
 from gspo import distributed as dist
 from gspo import tokens, trl_batch, trl_fsdp
 from gspo.config import ConfigError, SFTConfig
-from gspo.fields import to_dict
 from gspo.data import Mix
+from gspo.fields import to_dict
 from gspo.flops import FlopCounter
 from gspo.io import read_jsonl, write_json
 from gspo.models import PRESETS, enable_activation_checkpointing

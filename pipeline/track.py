@@ -15,9 +15,9 @@ use `--variant sft --seed 0`. `--out` records the MLflow run ids (see gspo.track
 
 from __future__ import annotations
 
+from gspo.eval_tracking import EvalPoint, record_evaluations
 from gspo.fields import ConfigError
 from gspo.io import write_json
-from gspo.eval_tracking import EvalPoint, record_evaluations
 from pipeline._cli import Parser, add_tracking_flags, run, tracking_of
 
 

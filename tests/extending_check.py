@@ -5,6 +5,7 @@ workflow validates and plans a config of both, and the data stage, one RL step o
 
     python tests/extending_check.py OUT_DIR      (from the extended copy's root)
 """
+# ruff: noqa: E402  (imports follow the sys.path set-up for the copy under test)
 import json
 import pathlib
 import sys
@@ -16,7 +17,8 @@ root = pathlib.Path.cwd()
 sys.path[:0] = [str(root / "tests"), str(root / "workflow")]
 out = pathlib.Path(sys.argv[1])
 
-import test_registry as reg                  # the copy's registry checks, on the extension
+import test_registry as reg  # the copy's registry checks, on the extension
+
 for test in (reg.test_the_schema_names_the_registered_objectives_and_benchmarks_in_one_place_each,
              reg.test_every_benchmark_has_its_data_and_eval_sections_in_the_schema_and_the_data_config,
              reg.test_the_objectives_page_has_one_row_per_objective_with_its_engines_names):
@@ -25,11 +27,14 @@ with pytest.MonkeyPatch.context() as mp:
     reg.test_the_engines_maps_are_the_registrys(mp)
 
 from evaluators import lm_eval_tasks
+
 assert (lm_eval_tasks.TASKS_DIR / "gspo_parity.yaml").read_text() == lm_eval_tasks.task_yaml("parity")
 
 # the workflow takes both: schema and plan
 from snakemake.utils import validate
+
 from gspo_workflow.plan import Plan
+
 cfg = yaml.safe_load((root / "config" / "smoke.yaml").read_text())
 cfg.update(algorithms=["pg"], variants={}, benchmarks=["parity"], train_tasks={"parity": 1.0},
            rl_tasks={})

@@ -8,7 +8,6 @@ from evaluators.benchmarks import aime
 from evaluators.benchmarks.aime import answers as math_answers
 from gspo.io import DataError
 
-
 # -- generator ---------------------------------------------------------------------------------
 
 def test_named_tiers_map_to_their_difficulty_and_are_recorded():

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from evaluators.benchmarks import codeforces as cf
 from evaluators import tasks
+from evaluators.benchmarks import codeforces as cf
 from evaluators.benchmarks import judge
 from evaluators.execution import sandbox
 

@@ -22,8 +22,19 @@ from gspo.errors import TrainingError
 from gspo.fields import ConfigError
 from gspo.io import DataError
 from gspo.provenance import version
-from pipeline import (_cli, aggregate, data, evaluate, memory_plan, mlflow_server, select, sft,
-                      track, train, verl)
+from pipeline import (
+    _cli,
+    aggregate,
+    data,
+    evaluate,
+    memory_plan,
+    mlflow_server,
+    select,
+    sft,
+    track,
+    train,
+    verl,
+)
 from pipeline.report import __main__ as report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -89,7 +100,7 @@ def test_known_errors_are_one_line_exit_2_for_bad_input_and_1_for_a_failed_run(c
 def test_a_stage_exits_with_what_its_main_returns_and_a_bug_keeps_its_traceback():
     for returned, code in ((None, 0), (0, 0), (1, 1)):
         with pytest.raises(SystemExit) as e:
-            _cli.run(lambda argv: returned, [])
+            _cli.run(lambda argv, r=returned: r, [])
         assert e.value.code == code
     with pytest.raises(KeyError):
         _cli.run(lambda argv: {}["bug"], [])

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evaluators.benchmarks import codeforces as cf
 from evaluators import tasks
+from evaluators.benchmarks import codeforces as cf
 from evaluators.execution import sandbox
 from gspo.io import DataError
 from toys import offline_errors

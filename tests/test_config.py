@@ -1,7 +1,6 @@
 import pytest
 
 from gspo.config import ConfigError, DataSource, RLConfig, SFTConfig
-
 from gspo.fields import describe, from_dict, load
 
 

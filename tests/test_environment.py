@@ -1,7 +1,7 @@
 import pathlib
 import re
-import tomllib
 
+import tomllib
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from evaluators.benchmarks import aime
-from evaluators.benchmarks.aime import answers as math_answers
 from evaluators import evaluation as ev
 from evaluators import tasks
+from evaluators.benchmarks import aime
+from evaluators.benchmarks.aime import answers as math_answers
 from gspo import provenance
 from gspo.config import ConfigError
 from gspo.io import write_jsonl

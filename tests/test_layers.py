@@ -232,8 +232,8 @@ def test_programs_that_run_in_the_sandbox_are_files_that_run_nothing_when_import
     import subprocess
     import sys
 
-    from evaluators.execution import frames
     from evaluators.benchmarks import judge
+    from evaluators.execution import frames
     from evaluators.execution.sandboxed import source
 
     names = sorted(p.stem for p in (ROOT / "evaluators" / "execution" / "sandboxed").glob("*.py")

@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from evaluators.benchmarks import livecodebench as lcb
 from evaluators import tasks
+from evaluators.benchmarks import livecodebench as lcb
 from evaluators.execution import sandbox
 from gspo.io import DataError
 from toys import offline_errors

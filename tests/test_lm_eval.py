@@ -3,16 +3,15 @@
 import json
 
 import pytest
-
-from gspo.tokens import Codec
 import yaml
 
+from evaluators import evaluation as ev
+from evaluators import lm_eval_tasks as tasks
 from evaluators.benchmarks import aime
 from evaluators.benchmarks.aime import answers as math_answers
-from evaluators import lm_eval_tasks as tasks
 from evaluators.lm_eval_tasks import utils as task_utils
 from gspo.io import write_jsonl
-from evaluators import evaluation as ev
+from gspo.tokens import Codec
 from toys import memorise
 
 

@@ -3,8 +3,14 @@ from fractions import Fraction
 
 import pytest
 
-from evaluators.metrics import (aggregate, avg_at_n, bootstrap_ci, default_ks, pass_at_k,
-                                problem_metrics)
+from evaluators.metrics import (
+    aggregate,
+    avg_at_n,
+    bootstrap_ci,
+    default_ks,
+    pass_at_k,
+    problem_metrics,
+)
 
 
 def exact_pass_at_k(n, c, k):

@@ -7,10 +7,10 @@ dry run is test_workflow's too."""
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
-import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SNAKEMAKE_"))}

@@ -5,8 +5,13 @@ import math
 import pytest
 import torch
 
-from gspo.objectives import (DEFAULT_EPS, group_advantages, policy_loss, token_logprobs,
-                             zero_variance_fraction)
+from gspo.objectives import (
+    DEFAULT_EPS,
+    group_advantages,
+    policy_loss,
+    token_logprobs,
+    zero_variance_fraction,
+)
 
 GRPO = dict(objective="grpo", eps_low=0.2, eps_high=0.27)
 GSPO = dict(objective="gspo", eps_low=3e-4, eps_high=4e-4)

@@ -19,7 +19,8 @@ from gspo.memory_plan import PRESETS, Shape
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
-from gspo_workflow import invocation, plan as plan_mod, preflight  # noqa: E402
+from gspo_workflow import invocation, preflight  # noqa: E402
+from gspo_workflow import plan as plan_mod  # noqa: E402
 
 
 def config(*names: str, edit=None) -> dict:

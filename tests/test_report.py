@@ -14,8 +14,14 @@ import sys
 import pytest
 import yaml
 
-from pipeline.report import (collapse_check, final_scores, moe_summary, paired_diff, smooth,
-                             variant_comparisons)
+from pipeline.report import (
+    collapse_check,
+    final_scores,
+    moe_summary,
+    paired_diff,
+    smooth,
+    variant_comparisons,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RULE = {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}
@@ -324,7 +330,7 @@ def test_too_few_budgets_are_not_fitted_and_say_so():
 
 
 def test_the_page_and_summary_show_the_fit_the_elo_and_the_elo_against_compute(tmp_path):
-    from pipeline.report import files, figures, model
+    from pipeline.report import figures, files, model
 
     evals = _curve_evals([10, 20, 50, 100])
     cf = [dict(e, benchmark="cf", ratings={f"p{i}": 800 + 50 * i for i in range(40)})
@@ -440,7 +446,7 @@ def test_every_curve_point_uses_one_problem_set_and_sample_count(tmp_path):
     """Issue 40: evaluations of different sizes give one population per curve (the problems all
     scored, their first k samples): the SFT point, the intermediate ones, the last one and the
     fit; the final scores keep the full final evaluation."""
-    from pipeline.report import files, figures, model
+    from pipeline.report import figures, files, model
 
     evals = _mixed_size_evals()
     runs = [dict(_run("gspo", "gspo", s, steps=100), tags={}) for s in (0, 1, 2)]

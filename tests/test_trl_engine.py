@@ -163,8 +163,8 @@ def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="", new_tokens=8) -
 @pytest.mark.slow
 def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluation_loads(
         tmp_path, tiny_model_dir, aime_prompts):
-    from gspo.fields import load
     from gspo.data import Mix
+    from gspo.fields import load
     from gspo.models import load_model
 
     cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=3, ckpt_every=2,
@@ -313,7 +313,7 @@ def test_trl_on_two_ranks_shards_with_fsdp2_counts_both_ranks_and_resumes_a_kill
         assert time.time() < deadline
         time.sleep(0.05)
     # every process of the run at once: torchrun and its ranks (in sessions of their own)
-    import psutil                                       # accelerate's dependency
+    import psutil  # accelerate's dependency
 
     for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
         p.kill()

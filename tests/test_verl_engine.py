@@ -20,8 +20,7 @@ import torch
 import yaml
 
 from gspo import verl_engine
-from gspo.config import (ConfigError, DataSource, PromptConfig, RLConfig, RolloutConfig,
-                         VerlConfig)
+from gspo.config import ConfigError, DataSource, PromptConfig, RLConfig, RolloutConfig, VerlConfig
 from test_conformance_verl import ROOT, run_verl
 
 ALGORITHMS = tuple(verl_engine.LOSS_MODE)     # every objective verl has (the registry's)

@@ -21,7 +21,6 @@ import time
 import pytest
 import yaml
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 SMOKE = ROOT / "config" / "smoke.yaml"

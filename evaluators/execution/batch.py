@@ -35,7 +35,6 @@ runs as its own evaluators.execution.sandbox.run, as before.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import Sequence

@@ -55,10 +55,16 @@ import time
 import warnings
 from typing import Iterable, Mapping
 
-from evaluators.execution.sandbox_env import (SANDBOX_UID, UNSAFE_ENV, bwrap_path, hidden_dirs,
-                                    sandbox_python, switch_user, unsafe_requested)
+from evaluators.execution.sandbox_env import (
+    SANDBOX_UID,
+    UNSAFE_ENV,
+    bwrap_path,
+    hidden_dirs,
+    sandbox_python,
+    switch_user,
+    unsafe_requested,
+)
 from evaluators.execution.supervise import STATUSES, Result, supervise  # noqa: F401 (public here)
-
 
 DEFAULT_MAX_OUTPUT = 4 << 20
 DEFAULT_MAX_STDERR = 256 << 10

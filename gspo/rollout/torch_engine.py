@@ -19,7 +19,6 @@ evaluations of two checkpoints sample by sample).
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 

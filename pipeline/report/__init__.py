@@ -81,9 +81,19 @@ from __future__ import annotations
 import pathlib
 
 from pipeline.report.model import DEFAULTS, Report, compute, from_data  # noqa: F401
-from pipeline.report.stats import (by_variant, collapse_check, curve, final_scores,  # noqa: F401
-                                   mean_clip, moe_summary, paired_diff, smooth, stability,
-                                   step_seconds, variant_comparisons)
+from pipeline.report.stats import (  # noqa: F401
+    by_variant,
+    collapse_check,
+    curve,
+    final_scores,
+    mean_clip,
+    moe_summary,
+    paired_diff,
+    smooth,
+    stability,
+    step_seconds,
+    variant_comparisons,
+)
 from pipeline.report.verdicts import MOE_CLAIM, moe_verdict  # noqa: F401
 
 

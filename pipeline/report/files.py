@@ -9,8 +9,14 @@ import pathlib
 
 from pipeline.report import html, tables
 from pipeline.report.curves import CURVE_COLS
-from pipeline.report.model import (FIT_COLS, MOE_COLS, STABILITY_COLS, TABLE_COLS,
-                                   VARIANT_COLS, Report)
+from pipeline.report.model import (
+    FIT_COLS,
+    MOE_COLS,
+    STABILITY_COLS,
+    TABLE_COLS,
+    VARIANT_COLS,
+    Report,
+)
 from pipeline.report.resample import MIN_RUNS
 from pipeline.report.selection import SELECTION_COLS
 

@@ -30,8 +30,8 @@ import yaml
 from evaluators.evaluation import EvalConfig
 from evaluators.tasks import BENCHMARKS as TASKS
 from gspo.config import ConfigError, RLConfig, SFTConfig
-from gspo.fields import from_dict, to_dict
 from gspo.data_config import DataGenConfig
+from gspo.fields import from_dict, to_dict
 from gspo.io import atomic_write_text
 from gspo.models import PRESETS
 

@@ -191,8 +191,10 @@ def _cpu_seconds(plan) -> dict[str, float]:
     return {k: v for k, v in out.items() if v}
 
 
-def compute_lines(plan, gpu: cp.GPU = cp.GPU()) -> list[str]:
-    """The plan's compute estimate: GPU-hours by stage, CPU job-minutes for the rest."""
+def compute_lines(plan, gpu: cp.GPU | None = None) -> list[str]:
+    """The plan's compute estimate: GPU-hours by stage (on `gpu`, an H100 by default), CPU
+    job-minutes for the rest."""
+    gpu = gpu or cp.GPU()
     gpu_stages = plan.sft_cfg.device.startswith("cuda") or any(
         c.device.startswith("cuda") for c in plan.rl_cfgs.values())
     shape = shape_of(plan.sft_cfg.model) if gpu_stages else None

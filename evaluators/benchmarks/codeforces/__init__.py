@@ -40,10 +40,16 @@ import random
 from statistics import NormalDist
 from typing import Iterable, Sequence
 
-from evaluators.benchmarks.codeforces import sources as code_sources
 from evaluators.benchmarks import judge
+from evaluators.benchmarks.codeforces import sources as code_sources
 from evaluators.benchmarks.codeforces.sources import (  # noqa: F401 - part of this module's API
-    REQUIRED_FIELDS, TASK, format_prompt, normalize, tests_of)
+    REQUIRED_FIELDS,
+    TASK,
+    format_prompt,
+    normalize,
+    tests_of,
+)
+
 # The same split rule (a hash of the statement) and template rotation as LiveCodeBench-style
 # problems; split_of is re-exported as this module's own.
 from evaluators.benchmarks.splits import draw_round_robin, split_of  # noqa: F401

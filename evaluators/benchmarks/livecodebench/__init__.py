@@ -32,8 +32,20 @@ from typing import Iterable, Sequence
 from evaluators.benchmarks import judge as _judge
 from evaluators.benchmarks.judge import VERDICTS, extract_code  # noqa: F401 - part of this module's API
 from evaluators.benchmarks.livecodebench.generator import (  # noqa: F401 - the generator is part of this module's API
-    DATE_RANGE, GENERATED_MEMORY_MB, GENERATED_TIMEOUT_S, TASK, TEMPLATE_NAMES, TEMPLATES, Template,
-    draw_round_robin, encode_private_tests, generate, make_problem, release_date, split_of)
+    DATE_RANGE,
+    GENERATED_MEMORY_MB,
+    GENERATED_TIMEOUT_S,
+    TASK,
+    TEMPLATE_NAMES,
+    TEMPLATES,
+    Template,
+    draw_round_robin,
+    encode_private_tests,
+    generate,
+    make_problem,
+    release_date,
+    split_of,
+)
 from evaluators.benchmarks.sources import looks_offline, read_rows
 from gspo.io import DataError
 

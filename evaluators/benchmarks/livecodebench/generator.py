@@ -23,7 +23,7 @@ import random
 import zlib
 from typing import Iterable, Sequence
 
-from evaluators.benchmarks.splits import draw_round_robin, split_of
+from evaluators.benchmarks.splits import draw_round_robin
 
 TASK = "lcb"
 GENERATED_TIMEOUT_S = 2.0

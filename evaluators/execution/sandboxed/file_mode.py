@@ -7,7 +7,13 @@ file output.txt, and ends the way the child did. It decides nothing: the harness
 Shipped into the sandbox as text (evaluators.benchmarks.judge.FILE_DRIVER) and run there as its main
 script; never run in the harness."""
 
-import os as _os, signal as _signal, stat as _stat, subprocess as _sp, sys as _sys
+import os as _os
+import signal as _signal
+import stat as _stat
+import subprocess as _sp
+import sys as _sys
+
+
 def _gspo_file_main():
     raw = int(_os.environ.pop("GSPO_CHANNEL_FD"))
     fd = _os.dup(raw)

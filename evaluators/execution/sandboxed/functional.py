@@ -6,7 +6,11 @@ compares the value it reads with the expected output, which the child never sees
 Shipped into the sandbox as text (evaluators.benchmarks.judge.DRIVER) and run there as its main script;
 never run in the harness."""
 
-import json as _json, os as _os, sys as _sys
+import json as _json
+import os as _os
+import sys as _sys
+
+
 def _gspo_main():
     dumps, write, exit_ = _json.dumps, _os.write, _os._exit
     fd = _os.dup(int(_os.environ.pop("GSPO_CHANNEL_FD")))
@@ -30,7 +34,7 @@ def _gspo_main():
         result = list(result)
     try:
         payload = dumps({"result": result})
-    except (TypeError, ValueError, RecursionError) as e:
+    except (TypeError, ValueError, RecursionError):
         write(fd, (dumps({"error": "unserializable", "detail": type(result).__name__}) + "\n").encode())
         exit_(0)
     _sys.stdout.flush()

@@ -8,10 +8,16 @@ Every name is private (`_gspo_` or `_`-prefixed), and the program runs in a fres
 module of its own, so nothing of the runner shows in the program's globals; the program's code
 is exec'd in this module's frame, which its tracebacks hide (`_gspo_hook`).
 """
-import json as _json, os as _os, resource as _res, selectors as _sel, signal as _signal, stat as _st
-import sys as _sys, time as _time
-
 import ctypes as _ctypes
+import json as _json
+import os as _os
+import resource as _res
+import selectors as _sel
+import signal as _signal
+import stat as _st
+import sys as _sys
+import time as _time
+
 _gspo_libc = _ctypes.CDLL(None, use_errno=True)
 _gspo_libc.syscall.restype = _ctypes.c_long
 _gspo_prctl = _gspo_libc.prctl
