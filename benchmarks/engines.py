@@ -22,12 +22,12 @@ import tempfile
 
 from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
-from gspo import trl_engine
-from gspo.config import DataSource, RLConfig
+from gspo.config.train import DataSource, RLConfig
+from gspo.engines.trl import rl as trl_engine
 from gspo.io import write_jsonl
-from gspo.models import build_tiny
-from gspo.tracking import read_metrics
-from gspo.trainer import Trainer
+from gspo.model.models import build_tiny
+from gspo.native.trainer import Trainer
+from gspo.tracking.runs import read_metrics
 
 PHASES = {"native": ("time_rollout_s", "time_old_logprob_s", "time_update_s"),
           "trl": ("time_rollout_s", "time_update_s")}

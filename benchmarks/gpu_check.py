@@ -8,16 +8,16 @@ and the sync time. Fails (exit 1) on any error, naming the phase in one line.
     bash benchmarks/device_check.sh [--smoke]   # the lent GPU machine: torchrun, --trl, limits
 
 Nothing is downloaded: the model is random-initialised in Qwen3-1.7B's shapes
-(gspo.memory_plan.PRESETS: hidden 2048, 28 layers, 16 / 8 heads, head_dim 128, MLP 6144,
+(gspo.infra.memory_plan.PRESETS: hidden 2048, 28 layers, 16 / 8 heads, head_dim 128, MLP 6144,
 vocabulary 151,936, tied embeddings), written with save_pretrained in bf16 beside the project's
 character tokenizer (the model's vocabulary exceeds the tokenizer's; ids past it decode to
 nothing), and the data are generated AIME-style problems (evaluators.benchmarks.aime). Phases, each in its
 own try/except (a failed phase is reported and the next one still runs, from the last good model):
 
 - build: the random model and the generated data;
-- sft: gspo.sft.run_sft, precision bfloat16, activation checkpointing, chunked log-probs,
+- sft: gspo.native.sft.run_sft, precision bfloat16, activation checkpointing, chunked log-probs,
   token-budget micro-batches, the greedy check on held-out problems at the last step;
-- rl: gspo.trainer.Trainer (GSPO), rollouts by vLLM colocated on the same GPU (bfloat16, sleep
+- rl: gspo.native.trainer.Trainer (GSPO), rollouts by vLLM colocated on the same GPU (bfloat16, sleep
   mode: asleep while the trainer runs), the weight sync after every step; sync time measured
   around the engine's update_weights, tokens/s and mfu_* from the trainer's own metrics.jsonl;
 - resume (benchmarks/gpu_check_phases.py, as are rl_trl and eval): the RL run's last
@@ -29,7 +29,7 @@ own try/except (a failed phase is reported and the next one still runs, from the
 
 Per phase: wall seconds; torch.cuda.max_memory_allocated / max_memory_reserved of this process
 (reset between phases); the peak device memory in use by all processes (vLLM's engine runs in
-its own), sampled every 0.1 s; MFU (model FLOPs, gspo.flops, over the phase's time and
+its own), sampled every 0.1 s; MFU (model FLOPs, gspo.model.flops, over the phase's time and
 --peak-flops, 989e12 = an H100's dense bf16): SFT from its logged compute_flops, RL the
 trainer's mfu_rollout / mfu_old_logprob / mfu_update, eval from the completions' lengths; tokens/s
 (SFT: trained response tokens, RL: generated, eval: generated, engine start excluded). Steps
@@ -196,7 +196,7 @@ class Check(MorePhases):
     def build(self) -> dict:
         from evaluators.benchmarks import aime
         from gspo.io import write_jsonl
-        from gspo.models import build_tiny
+        from gspo.model.models import build_tiny
 
         a = self.args
         steps, operand = DEFAULTS["smoke" if a.smoke else "gpu"]["difficulty"]
@@ -211,7 +211,7 @@ class Check(MorePhases):
         if a.shape == "tiny":
             build_tiny("tiny", out, seed=0)
         else:
-            from gspo.memory_plan import PRESETS
+            from gspo.infra.memory_plan import PRESETS
 
             write_random_qwen3(out, PRESETS[a.shape], device=self.device)
         cfg = json.loads((out / "config.json").read_text())
@@ -224,9 +224,9 @@ class Check(MorePhases):
     # -- sft ---------------------------------------------------------------------------------
     def sft(self) -> dict:
         from evaluators.tasks import reward
-        from gspo.config import DataSource, SFTConfig
-        from gspo.sft import run_sft
-        from gspo.tracking import Tracking, read_metrics
+        from gspo.config.train import DataSource, SFTConfig
+        from gspo.native.sft import run_sft
+        from gspo.tracking.runs import Tracking, read_metrics
 
         a = self.args
         out = self.work / "sft"
@@ -263,8 +263,8 @@ class Check(MorePhases):
     # -- rl ----------------------------------------------------------------------------------
     def rl(self) -> dict:
         from evaluators.tasks import rewards
-        from gspo.tracking import read_metrics
-        from gspo.trainer import Trainer
+        from gspo.native.trainer import Trainer
+        from gspo.tracking.runs import read_metrics
 
         out = self.work / "rl"
         cfg = self.rl_config(out)
@@ -286,7 +286,7 @@ class Check(MorePhases):
 
     def rl_config(self, out: pathlib.Path):
         """GSPO from the latest model; on GPU vLLM colocated in sleep mode, in bf16."""
-        from gspo.config import DataSource, RLConfig, RolloutConfig
+        from gspo.config.train import DataSource, RLConfig, RolloutConfig
 
         a = self.args
         vllm = a.engine == "vllm"
@@ -442,7 +442,7 @@ def main(argv=None) -> int:
         print("gpu_check: FAILED setup: no CUDA device (run with --smoke for the CPU code path)",
               file=sys.stderr)
         return 2
-    from gspo import distributed as dist
+    from gspo.infra import distributed as dist
 
     world = dist.init("cpu" if args.smoke else "cuda")    # torchrun: GSPO_COLLECTIVES=1 too
     try:

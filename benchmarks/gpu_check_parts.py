@@ -76,14 +76,14 @@ class MemoryMonitor:
 
 def write_random_qwen3(out: pathlib.Path, dims: dict, device: str = "cpu",
                        dtype: str = "bfloat16") -> pathlib.Path:
-    """A random-initialised Qwen3 of `dims` (gspo.memory_plan.PRESETS' config.json fields) with
+    """A random-initialised Qwen3 of `dims` (gspo.infra.memory_plan.PRESETS' config.json fields) with
     the project's character tokenizer, saved with save_pretrained in `dtype` (initialised on
     `device`: seconds on a GPU where a CPU takes minutes for 1.7B)."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen3Config
 
     from gspo.io import atomic_dir
-    from gspo.models import build_tokenizer
+    from gspo.model.models import build_tokenizer
 
     tok = build_tokenizer()
     cfg = Qwen3Config(**dims, max_position_embeddings=40960, rope_theta=1_000_000.0,
@@ -114,13 +114,13 @@ def count_params_of(model_dir) -> int:
 
 
 def eval_flops(model_dir, data: pathlib.Path, results: list[dict]) -> float:
-    """Forward FLOPs of the evaluation's samples (gspo.flops: generation is one forward pass
+    """Forward FLOPs of the evaluation's samples (gspo.model.flops: generation is one forward pass
     over prompt + completion)."""
     from transformers import AutoTokenizer
 
-    from gspo import tokens
-    from gspo.flops import FlopCounter
     from gspo.io import read_jsonl
+    from gspo.model import tokens
+    from gspo.model.flops import FlopCounter
 
     codec = tokens.codec(AutoTokenizer.from_pretrained(model_dir), model_dir)
     prompt_len = {r["id"]: len(codec.prompt(r["prompt"])) for r in read_jsonl(data)}

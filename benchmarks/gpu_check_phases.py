@@ -53,8 +53,8 @@ class MorePhases:
         master weights and AdamW moments must equal, bit for bit, what the trainer held when it
         saved (rl kept them); then one more step from there."""
         from evaluators.tasks import rewards
-        from gspo.tracking import read_metrics
-        from gspo.trainer import Trainer
+        from gspo.native.trainer import Trainer
+        from gspo.tracking.runs import read_metrics
 
         if self.saved_state is None:
             raise RuntimeError("no RL checkpoint to resume (the rl phase failed)")
@@ -95,11 +95,11 @@ class MorePhases:
     # -- rl on TRL -----------------------------------------------------------------------------
     def rl_trl(self) -> dict:
         """`--trl`: the same RL on TRL's GRPOTrainer from the same model, before the native run
-        prunes it; vllm: on the project's engine (gspo.trl_rollout). TRL micro-batches by the
-        token budget (gspo.trl_batch); no chunked log-probs in TRL."""
+        prunes it; vllm: on the project's engine (gspo.engines.trl.rollout). TRL micro-batches by the
+        token budget (gspo.engines.trl.batch); no chunked log-probs in TRL."""
         from evaluators.tasks import rewards
-        from gspo import trl_engine
-        from gspo.tracking import read_metrics
+        from gspo.engines.trl import rl as trl_engine
+        from gspo.tracking.runs import read_metrics
 
         out = self.work / "rl_trl"
         cfg = dataclasses.replace(self.rl_config(out), engine="trl", logprob_chunk=0)

@@ -40,8 +40,8 @@ def child(tokens: int, chunk: int, ckpt: bool, hidden: int) -> dict:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from gspo.data import sequence_logprobs
-    from gspo.objectives import policy_loss
+    from gspo.core.objectives import policy_loss
+    from gspo.native.data import sequence_logprobs
 
     torch.manual_seed(0)
     torch.set_num_threads(2)

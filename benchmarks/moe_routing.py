@@ -19,9 +19,9 @@ import time
 import torch
 
 from evaluators.benchmarks import aime
-from gspo import moe
-from gspo.data import pad_batch, sequence_logprobs
-from gspo.models import build_tiny, load_model
+from gspo.model import moe
+from gspo.model.models import build_tiny, load_model
+from gspo.native.data import pad_batch, sequence_logprobs
 from gspo.rollout import make_engine
 
 # a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path

@@ -44,7 +44,7 @@ def main():
 
     from evaluators.benchmarks import aime
     from gspo.io import write_jsonl
-    from gspo.models import build_tiny
+    from gspo.model.models import build_tiny
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="gspo-bench-ranks-"))
     model = build_tiny("tiny", work / "tiny", seed=0)

@@ -20,12 +20,12 @@ import torch
 
 from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
-from gspo.config import DataSource, RLConfig, RolloutConfig
+from gspo.config.train import DataSource, RLConfig, RolloutConfig
 from gspo.io import write_jsonl
-from gspo.models import build_tiny, load_model
+from gspo.model.models import build_tiny, load_model
+from gspo.native.trainer import Trainer
 from gspo.rollout import make_engine
-from gspo.tracking import read_metrics
-from gspo.trainer import Trainer
+from gspo.tracking.runs import read_metrics
 
 
 def hf_generate(model, prompts, n, new, eos, pad):

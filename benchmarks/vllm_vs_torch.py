@@ -93,7 +93,7 @@ def main():
     import torch
 
     from evaluators.benchmarks import aime
-    from gspo.models import build_tiny, load_model
+    from gspo.model.models import build_tiny, load_model
     from gspo.rollout import make_engine
 
     torch.set_num_threads(args.threads)

@@ -13,12 +13,12 @@ workflow: for each benchmark config it writes, each atomically,
   seeded bootstrap confidence interval over problems (evaluators.metrics.aggregate), maj@k
   beside them where the benchmark extracts answers, for cf the rating estimated from the
   problems' ratings; the settings and the whole EvalConfig; the code
-  that made it (`provenance`: gspo.provenance's version and git commit);
+  that made it (`provenance`: gspo.infra.provenance's version and git commit);
 
 While a benchmark runs, a line per chunk on stderr says the problems done of this process's
 share, the rate and the time left (`Progress`).
 - `<out>/<bench>/checkpoint.json` when the model is a training checkpoint: the step and the
-  cumulative training FLOPs it was saved at (gspo.checkpoint.checkpoint_meta).
+  cumulative training FLOPs it was saved at (gspo.infra.checkpoint.checkpoint_meta).
 
 Nested draws. A problem's j-th sample is seeded from (seed, problem id, j) alone
 (gspo.rollout.base.problem_seed), never from `limit`, `samples`, `batch_prompts`, the ranks or
@@ -54,12 +54,14 @@ from dataclasses import dataclass
 
 from evaluators import partial, tasks
 from evaluators.metrics import aggregate, bootstrap_ci, majority_correct, problem_metrics
-from gspo import distributed as dist
-from gspo import provenance, tokens
-from gspo.config import PromptConfig, check, option
+from gspo.config.fields import check, option
+from gspo.config.train import PromptConfig
+from gspo.infra import distributed as dist
+from gspo.infra import provenance
 from gspo.io import DataError, atomic_write_text, read_jsonl, write_json
+from gspo.model import tokens
+from gspo.model.tokens import Codec
 from gspo.rollout.base import problem_seed
-from gspo.tokens import Codec
 
 
 @dataclass
@@ -94,7 +96,7 @@ class EvalConfig:
     protocol: str = option("", "the name of the evaluation protocol these settings follow, "
                            "recorded with every evaluation ('': none; config/paper-protocol.yaml)")
     prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
-                                  "input (gspo.tokens); the same as the model was trained with")
+                                  "input (gspo.model.tokens); the same as the model was trained with")
 
     def __post_init__(self):
         check(self.benchmark in tasks.BENCHMARKS, "benchmark",
@@ -218,7 +220,7 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
                      keep_completions: bool = True, world: dist.World = dist.World(),
                      store: partial.ChunkStore | None = None, label: str = "") -> list[dict]:
     """Sample `samples` completions per record with `engine` and score them; one dict per record
-    (see the module doc for its fields). `codec` (gspo.tokens) encodes the prompts, names the
+    (see the module doc for its fields). `codec` (gspo.model.tokens) encodes the prompts, names the
     stop ids and decodes the completions without special tokens.
 
     The records go in chunks of `batch_prompts`; each record's samples are seeded from (seed,
@@ -293,7 +295,7 @@ def make_engine(cfg: EvalConfig, model_path, world: dist.World = dist.World()):
     if cfg.engine == "torch":
         import torch
 
-        from gspo.models import load_model
+        from gspo.model.models import load_model
 
         model, tokenizer = load_model(model_path, dtype=getattr(torch, cfg.dtype))
         return make("torch", str(model_path), device=cfg.device, dtype=cfg.dtype,

@@ -25,8 +25,8 @@ import pathlib
 import shutil
 import time
 
-from gspo import distributed as dist
-from gspo.checkpoint import model_fingerprint
+from gspo.infra import distributed as dist
+from gspo.infra.checkpoint import model_fingerprint
 from gspo.io import atomic_write_text, file_sha256, write_json
 
 FORMAT = 2              # of the chunk files: a change discards the stores of older versions
@@ -105,7 +105,7 @@ class ChunkStore:
     def wait(self, n_chunks: int, poll_s: float = 5.0) -> None:
         """Return once chunks 0 .. n_chunks - 1 are all stored, by whichever rank. The ranks
         finish at different times, and a collective (the gather of the results) waits at most
-        the process group's timeout (30 min, gspo.distributed.init); torchrun stops every rank
+        the process group's timeout (30 min, gspo.infra.distributed.init); torchrun stops every rank
         when one fails, so this does not wait for a dead one."""
         while not all(self.path(j).is_file() for j in range(n_chunks)):
             time.sleep(poll_s)

@@ -1,9 +1,9 @@
 """One behaviour for every stage command (`python -m pipeline.<stage>`):
 
 - `--help` names every flag and, for a stage configured by a dataclass, every field of it (name,
-  default, help: gspo.fields.describe), nested fields dotted: the keys its `--config` YAML and
+  default, help: gspo.config.fields.describe), nested fields dotted: the keys its `--config` YAML and
   `--set KEY=VALUE` take;
-- `--version` prints the project's version (gspo.provenance);
+- `--version` prints the project's version (gspo.infra.provenance);
 - an error is one line on stderr, `error: ...`, without a traceback: exit status 2 for a bad
   config, flag or input (ConfigError, DataError, a missing file), 1 for a run that failed (the
   trainer's stop conditions, TrainingError; no sandbox for the code benchmarks). Anything else
@@ -22,12 +22,12 @@ import textwrap
 import typing
 
 from evaluators.execution.sandbox import SandboxUnavailable
+from gspo.config.fields import ConfigError, describe, load
 from gspo.errors import TrainingError
-from gspo.fields import ConfigError, describe, load
+from gspo.infra.provenance import version
 from gspo.io import DataError
-from gspo.mlflow_store import DEFAULT_EXPERIMENT, DEFAULT_STORE
-from gspo.provenance import version
-from gspo.tracking import Tracking
+from gspo.tracking.runs import Tracking
+from gspo.tracking.store import DEFAULT_EXPERIMENT, DEFAULT_STORE
 
 BAD_INPUT = (ConfigError, DataError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
 FAILED_RUN = (TrainingError, SandboxUnavailable)

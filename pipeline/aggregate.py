@@ -33,8 +33,8 @@ import pathlib
 import tempfile
 
 from evaluators.tasks import BENCHMARKS
-from gspo.fields import ConfigError
-from gspo.mlflow_store import DEFAULT_STORE
+from gspo.config.fields import ConfigError
+from gspo.tracking.store import DEFAULT_STORE
 
 TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "clip_frac_seqs",
               "clip_frac_tokens_onpolicy", "compute_flops",
@@ -43,14 +43,14 @@ TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "
               "time_rollout_s", "time_old_logprob_s", "time_update_s", "time_step_s",
               "old_logprob_passes",
               "logprob_gap_token_mean", "logprob_gap_token_max", "logprob_gap_seq_mean",
-              # MoE models (gspo.moe)
+              # MoE models (gspo.model.moe)
               "moe/volatility", "moe/load_entropy", "moe/max_expert_share", "moe/aux_loss",
               "moe/routing_cache_bytes", "moe/engine_routing_mismatch")
 
 
 def _history(cl, run_id: str, key: str) -> list[tuple[int, float]]:
     """(step, value) of a metric, one value per step (the latest logged wins), step order."""
-    from gspo.tracking import retry
+    from gspo.tracking.store import retry
 
     by_step: dict[int, tuple[int, float]] = {}
     for m in retry(cl.get_metric_history, run_id, key):
@@ -69,7 +69,7 @@ def _run_record(run) -> dict:
 
 def download_results(cl, run_id: str) -> list[dict]:
     """The eval run's results.jsonl artifact (per-problem scores), [] when absent."""
-    from gspo.tracking import retry
+    from gspo.tracking.store import retry
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -83,7 +83,7 @@ def download_results(cl, run_id: str) -> list[dict]:
 def collect(experiment: str, uri: str | None = None, *, with_problems: bool = True) -> dict:
     """Everything the report needs about `experiment`, read from the MLflow store at `uri`
     (default: MLFLOW_TRACKING_URI, else DEFAULT_STORE)."""
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE
     cl = tracking.client(uri)
@@ -174,8 +174,8 @@ def main(argv=None):
 
     args = parser().parse_args(argv)
 
-    from gspo import tracking
     from gspo.io import atomic_write_text, write_json
+    from gspo.tracking import runs as tracking
 
     data = collect(args.experiment, args.tracking_uri, with_problems=False)
     pts = points(data)

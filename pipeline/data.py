@@ -13,7 +13,7 @@ import random
 
 from evaluators.benchmarks import aime, codeforces, livecodebench
 from evaluators.tasks import module
-from gspo.data_config import DataGenConfig
+from gspo.config.data import DataGenConfig
 from gspo.io import DataError, write_jsonl
 from pipeline._cli import config_parser, load_config, run
 

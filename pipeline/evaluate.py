@@ -22,8 +22,7 @@ import typing
 
 from evaluators import tasks
 from evaluators.evaluation import EvalConfig, evaluate, load_all
-from gspo.config import ConfigError
-from gspo.fields import apply_overrides, from_dict, load
+from gspo.config.fields import ConfigError, apply_overrides, from_dict, load
 from pipeline._cli import Parser, run
 
 DEFAULTS = EvalConfig()
@@ -75,8 +74,8 @@ def configs_of(args) -> list[EvalConfig]:
 
 
 def main(argv=None) -> int:
-    from gspo import distributed as dist
-    from gspo.checkpoint import checkpoint_meta
+    from gspo.infra import distributed as dist
+    from gspo.infra.checkpoint import checkpoint_meta
 
     args = parser().parse_args(argv)
     try:

@@ -1,11 +1,11 @@
-"""Plan: the per-GPU memory of a workflow config's RL runs (gspo.memory_plan), phase by phase.
+"""Plan: the per-GPU memory of a workflow config's RL runs (gspo.infra.memory_plan), phase by phase.
 
     python -m pipeline.memory_plan --config config/real-scale.yaml --model Qwen3-8B [--gpus 8]
         [--gpu-gib 79.6] [--prompt-tokens 1024] [--sync streamed|full]
 
-`--model` is a preset (gspo.memory_plan.PRESETS: the public checkpoints' config.json fields) or
+`--model` is a preset (gspo.infra.memory_plan.PRESETS: the public checkpoints' config.json fields) or
 a model directory / config.json; without it, the config's sft.model. Prints one table; exits 1
-when some phase leaves less than gspo.memory_plan.MARGIN of the GPU free.
+when some phase leaves less than gspo.infra.memory_plan.MARGIN of the GPU free.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pathlib
 
 import yaml
 
-from gspo.config import ConfigError
-from gspo.memory_plan import MARGIN, PRESETS, Settings, Shape, plan
+from gspo.config.fields import ConfigError
+from gspo.infra.memory_plan import MARGIN, PRESETS, Settings, Shape, plan
 from pipeline._cli import Parser, run
 
 

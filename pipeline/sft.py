@@ -11,7 +11,7 @@ The greedy held-out check scores answers with the benchmarks' own scoring
 """
 
 from evaluators.tasks import reward
-from gspo.config import SFTConfig
+from gspo.config.train import SFTConfig
 from pipeline._cli import add_tracking_flags, config_parser, load_config, run, tracking_of
 
 
@@ -23,8 +23,9 @@ def parser():
 
 
 def main(argv=None):
-    from gspo import distributed as dist
-    from gspo import sft, trl_sft
+    from gspo.engines.trl import sft as trl_sft
+    from gspo.infra import distributed as dist
+    from gspo.native import sft
 
     args = parser().parse_args(argv)
     cfg = load_config(SFTConfig, args)

@@ -10,14 +10,14 @@ budget (percent of its steps; 0 = the model it started from, at step 0 and no co
 recorded before for (variant, seed); an RL run also gets the scores as its own metrics
 (eval/<bench>/pass_at_1 at the checkpoint's step, eval_by_gflops/<bench>/pass_at_1 at its
 cumulative GFLOPs), so MLflow charts score against step and against compute. For the SFT run,
-use `--variant sft --seed 0`. `--out` records the MLflow run ids (see gspo.tracking).
+use `--variant sft --seed 0`. `--out` records the MLflow run ids (see gspo.tracking.runs).
 """
 
 from __future__ import annotations
 
-from gspo.eval_tracking import EvalPoint, record_evaluations
-from gspo.fields import ConfigError
+from gspo.config.fields import ConfigError
 from gspo.io import write_json
+from gspo.tracking.evals import EvalPoint, record_evaluations
 from pipeline._cli import Parser, add_tracking_flags, run, tracking_of
 
 

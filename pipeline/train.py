@@ -5,7 +5,7 @@
     torchrun --nproc-per-node N -m pipeline.train --config FILE ...     # N ranks (FSDP2)
 
 Under torchrun each rank samples its share of the step's prompt groups and the policy is sharded
-(gspo.distributed); the run's numbers equal a single process's up to float rounding, and only
+(gspo.infra.distributed); the run's numbers equal a single process's up to float rounding, and only
 rank 0 writes metrics, checkpoints and MLflow records.
 
 The reward is the benchmarks' own scoring (evaluators.tasks.rewards, code in parallel sandboxes),
@@ -18,7 +18,7 @@ starts over (its MLflow run superseded) instead of stopping with an error.
 import functools
 
 from evaluators.tasks import rewards
-from gspo.config import RLConfig
+from gspo.config.train import RLConfig
 from pipeline._cli import add_tracking_flags, config_parser, load_config, run, tracking_of
 
 
@@ -33,17 +33,17 @@ def parser():
 
 
 def main(argv=None):
-    from gspo import distributed as dist
-    from gspo.trainer import run_rl
+    from gspo.infra import distributed as dist
+    from gspo.native.trainer import run_rl
 
     args = parser().parse_args(argv)
     cfg = load_config(RLConfig, args)
     reward_fn = functools.partial(rewards, workers=cfg.reward_workers)
     world = dist.init(cfg.device)
-    if cfg.engine == "trl":    # TRL's GRPOTrainer (gspo.trl_engine), DDP on several ranks
-        from gspo.trl_engine import run_rl
-    elif cfg.engine == "verl":   # collect the run verl's trainer finished (gspo.verl_collect)
-        from gspo.verl_collect import run_rl
+    if cfg.engine == "trl":    # TRL's GRPOTrainer (gspo.engines.trl.rl), DDP on several ranks
+        from gspo.engines.trl.rl import run_rl
+    elif cfg.engine == "verl":   # collect the run verl's trainer finished (gspo.engines.verl.collect)
+        from gspo.engines.verl.collect import run_rl
     try:
         model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
                        restart_if_changed=args.restart_if_changed, world=world)

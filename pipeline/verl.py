@@ -1,4 +1,4 @@
-"""Stage: the job verl's trainer runs for an `engine: verl` RL config (gspo.verl_engine).
+"""Stage: the job verl's trainer runs for an `engine: verl` RL config (gspo.engines.verl.job).
 
     python -m pipeline.verl --config FILE [--set key=value ...]
 
@@ -13,9 +13,9 @@ the nodes it is given, and
 import pathlib
 
 from evaluators import for_verl
-from gspo import verl_engine
-from gspo.config import RLConfig
-from gspo.data import Mix
+from gspo.config.train import RLConfig
+from gspo.engines.verl import job as verl_engine
+from gspo.native.data import Mix
 from pipeline._cli import config_parser, load_config, run
 
 PROMPT_MARGIN = 32   # tokens over the longest rendered prompt: verl renders the template itself
@@ -29,7 +29,7 @@ def parser():
 def main(argv=None):
     from transformers import AutoTokenizer
 
-    from gspo.tokens import Codec
+    from gspo.model.tokens import Codec
 
     args = parser().parse_args(argv)
     cfg = load_config(RLConfig, args)

@@ -45,14 +45,14 @@ def smoke(prefetched):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A random-initialised `tiny` preset model directory, built once per test session."""
-    from gspo.models import build_tiny
+    from gspo.model.models import build_tiny
 
     return build_tiny("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_moe_model_dir(tmp_path_factory):
-    from gspo.models import build_tiny
+    from gspo.model.models import build_tiny
 
     return build_tiny("tiny-moe", tmp_path_factory.mktemp("models") / "tiny-moe", seed=0)
 
@@ -74,8 +74,8 @@ def toy_data(tmp_path_factory):
 def toy_sft_model(toy_data, tmp_path_factory):
     """The `tiny` preset after 100 SFT steps on toy_data: RL's starting point in the tests."""
     from evaluators.tasks import reward
-    from gspo.config import DataSource, SFTConfig
-    from gspo.sft import run_sft
+    from gspo.config.train import DataSource, SFTConfig
+    from gspo.native.sft import run_sft
 
     out = tmp_path_factory.mktemp("toy_sft")
     cfg = SFTConfig(model="tiny", out_dir=str(out), steps=100, batch_size=16, lr=1e-2,

@@ -14,11 +14,11 @@ import sys
 
 import torch
 
-from gspo import distributed as dist
-from gspo.config import DataSource, RLConfig
-from gspo.data import pad_batch
-from gspo.objectives import AGGS
-from gspo.trainer import Trainer
+from gspo.config.train import DataSource, RLConfig
+from gspo.core.objectives import AGGS
+from gspo.infra import distributed as dist
+from gspo.native.data import pad_batch
+from gspo.native.trainer import Trainer
 
 
 def fixed_batch(vocab: int, n: int = 8):
@@ -51,7 +51,7 @@ def spy_on_weight_reads() -> list[str]:
 
 
 def one_writer_per_node(policy, world, out) -> list[dict]:
-    """The vLLM sync's file, once per node (gspo.distributed.node_shared_folder): the gather
+    """The vLLM sync's file, once per node (gspo.infra.distributed.node_shared_folder): the gather
     kept by the node's writer alone, the file it writes read by every rank, then removed; a
     writer that fails raises on every rank. What each rank saw, gathered."""
     import pathlib
@@ -132,7 +132,7 @@ def main(model_dir, data, out):
 
     # the greedy check on the sharded model: each rank decodes its own prompts (one rank none)
     # and the ranks step together; the tokens must be one process's
-    from gspo.sft import greedy_decode
+    from gspo.native.sft import greedy_decode
 
     prompts = fixed_batch(len(tr.tok))[0]["input_ids"][:5, :4].tolist()
     greedy = {}

@@ -46,10 +46,10 @@ assert plan.data_cfg.tasks == ["parity"] and "parity" in plan.eval_cfgs
 # the data stage, one RL step of pg on parity, an evaluation of its checkpoint
 from evaluators import tasks
 from evaluators.evaluation import EvalConfig, evaluate
-from gspo.config import DataSource, RLConfig
-from gspo.data_config import DataGenConfig, GeneratedDataConfig
-from gspo.models import build_tiny
-from gspo.trainer import run_rl
+from gspo.config.data import DataGenConfig, GeneratedDataConfig
+from gspo.config.train import DataSource, RLConfig
+from gspo.model.models import build_tiny
+from gspo.native.trainer import run_rl
 from pipeline.data import generate
 
 files = generate(DataGenConfig(out_dir=str(out / "data"), tasks=["parity"],

@@ -66,8 +66,8 @@ def test_an_unboxed_worked_solution_keeps_its_arithmetic_and_scores_nothing():
 
 
 def test_the_data_stage_unboxes_a_seeded_share_of_the_sft_set_only():
-    from gspo.data_config import DataGenConfig
-    from gspo.fields import from_dict
+    from gspo.config.data import DataGenConfig
+    from gspo.config.fields import from_dict
     from pipeline.data import generated
 
     cfg = from_dict(DataGenConfig, {"tasks": ["aime"], "aime": {
@@ -87,8 +87,8 @@ def test_the_data_stage_unboxes_a_seeded_share_of_the_sft_set_only():
 
 
 def test_the_validation_split_is_held_out_of_the_rl_prompts_and_shares_no_problem(tmp_path):
-    from gspo.data_config import DataGenConfig
-    from gspo.fields import from_dict
+    from gspo.config.data import DataGenConfig
+    from gspo.config.fields import from_dict
     from gspo.io import DataError
     from pipeline.data import generate, held_out
 

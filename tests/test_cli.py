@@ -16,12 +16,12 @@ import pytest
 
 from evaluators.evaluation import EvalConfig
 from evaluators.execution.sandbox import SandboxUnavailable
-from gspo.config import RLConfig, SFTConfig
-from gspo.data_config import DataGenConfig
+from gspo.config.data import DataGenConfig
+from gspo.config.fields import ConfigError
+from gspo.config.train import RLConfig, SFTConfig
 from gspo.errors import TrainingError
-from gspo.fields import ConfigError
+from gspo.infra.provenance import version
 from gspo.io import DataError
-from gspo.provenance import version
 from pipeline import (
     _cli,
     aggregate,

@@ -466,8 +466,8 @@ def test_a_glob_pattern_reads_the_shards_it_matches_in_order(capsys):
 
 
 def test_the_data_stage_joins_the_generated_tests_folder_to_rl_and_test_problems(tmp_path):
-    from gspo.config import ConfigError
-    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from gspo.config.data import DataFiles, DataGenConfig, TaskFiles
+    from gspo.config.fields import ConfigError
     from gspo.io import read_jsonl
     from pipeline import data
 
@@ -486,7 +486,7 @@ def test_the_data_stage_joins_the_generated_tests_folder_to_rl_and_test_problems
 def test_a_hub_name_as_test_reads_the_split_named_by_test_split(monkeypatch, tmp_path):
     import datasets
 
-    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from gspo.config.data import DataFiles, DataGenConfig, TaskFiles
     from pipeline import data
 
     asked = []
@@ -510,7 +510,7 @@ def test_the_first_problems_of_a_generated_test_set_are_a_random_sample_of_it():
     templates as the whole set does (issue 40: the generator writes them round-robin until the
     short templates run out, so the last third were all `linear`, and the first 20 problems
     scored 0.48 where all 60 scored 0.73); the order is deterministic in the data seed."""
-    from gspo.data_config import DataGenConfig
+    from gspo.config.data import DataGenConfig
     from pipeline.data import generated
 
     cfg = DataGenConfig(tasks=["cf"])

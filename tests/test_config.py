@@ -1,7 +1,7 @@
 import pytest
 
-from gspo.config import ConfigError, DataSource, RLConfig, SFTConfig
-from gspo.fields import describe, from_dict, load
+from gspo.config.fields import ConfigError, describe, from_dict, load
+from gspo.config.train import DataSource, RLConfig, SFTConfig
 
 
 def write(tmp_path, text):
@@ -125,7 +125,7 @@ def test_the_workflow_schema_defaults_are_the_config_dataclasses_defaults():
     import yaml
 
     from evaluators.evaluation import EvalConfig
-    from gspo.data_config import DataGenConfig
+    from gspo.config.data import DataGenConfig
 
     schema = yaml.safe_load((pathlib.Path(__file__).resolve().parents[1] / "workflow" /
                              "schemas" / "config.schema.yaml").read_text())

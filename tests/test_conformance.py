@@ -18,7 +18,7 @@ import warnings
 import pytest
 import torch
 
-from gspo.objectives import policy_loss
+from gspo.core.objectives import policy_loss
 
 B, T = 4, 6
 
@@ -99,7 +99,7 @@ SAME = {
              "clip_frac_seqs"),
     "dapo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
              dict(loss_type="dapo", eps_low=0.2, eps_high=0.28), "clip_frac_tokens"),
-    # token-mean as engine: trl maps it (gspo.trl_engine.LOSS_TYPE): TRL's bnpo, a minibatch's
+    # token-mean as engine: trl maps it (gspo.engines.trl.rl.LOSS_TYPE): TRL's bnpo, a minibatch's
     # token mean, at token level and at GSPO's sequence level
     "dapo-bnpo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
                   dict(loss_type="bnpo", eps_low=0.2, eps_high=0.28), "clip_frac_tokens"),
@@ -180,7 +180,7 @@ def test_the_rollout_correction_weighs_the_loss_as_trls_vllm_importance_sampling
                                                                                  mode):
     # TRL computes its ratios while sampling (not callable alone); the same weights, ours,
     # enter both losses the same way. Sequence-level ratios are one per sequence in TRL, (B, 1).
-    from gspo.objectives import rollout_correction
+    from gspo.core.objectives import rollout_correction
 
     old, mask, adv, g = batch
     engine = old + 0.1 * torch.randn(B, T, generator=g, dtype=torch.float64)

@@ -23,7 +23,7 @@ import sys
 import pytest
 import torch
 
-from gspo.objectives import policy_loss, rollout_correction
+from gspo.core.objectives import policy_loss, rollout_correction
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VERL_PATH = pathlib.Path(sys.prefix) / "verl-nodeps"

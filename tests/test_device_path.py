@@ -9,8 +9,8 @@ import pathlib
 import pytest
 import torch
 
-from gspo import distributed as dist
-from gspo.step_metrics import gap_sums
+from gspo.infra import distributed as dist
+from gspo.native.step_metrics import gap_sums
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
@@ -21,7 +21,7 @@ COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into
 
 
 def _direct_collective_calls(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
-    """`torch.distributed` collectives called in `path` other than through gspo.distributed:
+    """`torch.distributed` collectives called in `path` other than through gspo.infra.distributed:
     torch.distributed.X(...), an alias of torch.distributed's X(...), or X imported from it."""
     tree = ast.parse(path.read_text(), str(path))
     aliases, names = {"torch.distributed"}, set()
@@ -44,7 +44,7 @@ def _direct_collective_calls(path: pathlib.Path, root: pathlib.Path = ROOT) -> l
 
 
 def test_every_collective_of_the_code_goes_through_gspo_distributed():
-    own = ROOT / "gspo" / "distributed.py"
+    own = ROOT / "gspo" / "infra" / "distributed.py"
     files = [p for d in ("gspo", "evaluators", "pipeline", "workflow")
              for p in (ROOT / d).rglob("*.py") if p != own]
     assert len(files) > 40

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from evaluators.benchmarks import aime
+from gspo.core.objectives import AGGS
 from gspo.io import write_jsonl
-from gspo.objectives import AGGS
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -9,10 +9,10 @@ from evaluators import evaluation as ev
 from evaluators import tasks
 from evaluators.benchmarks import aime
 from evaluators.benchmarks.aime import answers as math_answers
-from gspo import provenance
-from gspo.config import ConfigError
+from gspo.config.fields import ConfigError
+from gspo.infra import provenance
 from gspo.io import write_jsonl
-from gspo.tokens import Codec
+from gspo.model.tokens import Codec
 from toys import memorise, nested_draws
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,7 +85,7 @@ def test_cli_evaluates_a_checkpoint_end_to_end_and_writes_results_and_summary(me
 
 def test_evaluate_records_scores_with_the_benchmark_and_is_deterministic_in_the_seed(memorised,
                                                                                     problems):
-    from gspo.models import load_model
+    from gspo.model.models import load_model
     from gspo.rollout import make_engine
 
     model, tok = load_model(memorised)
@@ -120,7 +120,7 @@ def test_the_first_samples_of_a_larger_evaluation_are_the_smaller_evaluation(tin
     """Nested draws (issue 40): a problem's j-th sample depends on (seed, id, j) alone, so the
     8 x 2 evaluation is exactly the first 2 samples of the 8 problems in a 24 x 8 one, whatever
     the batches and the order; and the draws differ between samples and problems."""
-    from gspo.models import load_model
+    from gspo.model.models import load_model
     from gspo.rollout import make_engine
 
     model, tok = load_model(tiny_model_dir)

@@ -11,7 +11,7 @@ import pathlib
 import pytest
 import yaml
 
-from gspo.objectives import OBJECTIVES
+from gspo.core.objectives import OBJECTIVES
 from test_workflow import ROOT, SMOKE, snakemake
 
 

@@ -27,7 +27,7 @@ def records() -> list[dict]:
 def bpe_dir(tmp_path_factory):
     """The tiny-bpe preset (a chat template, as real checkpoints have), its BPE trained on the
     records' texts."""
-    from gspo.models import build_tiny
+    from gspo.model.models import build_tiny
 
     corpus = [r["prompt"] + r["solution"] for r in records()]
     return build_tiny("tiny-bpe", tmp_path_factory.mktemp("bpe") / "m", seed=0, corpus=corpus)

@@ -138,7 +138,7 @@ def test_the_carried_wheels_are_the_projects_pins_and_a_killed_check_still_print
 
 @pytest.mark.slow
 def test_a_failing_phase_is_named_in_one_line_and_the_others_still_run(tmp_path):
-    # SFT's max_len shorter than every prompt: gspo.sft refuses it once the model is loaded
+    # SFT's max_len shorter than every prompt: gspo.native.sft refuses it once the model is loaded
     r, report = smoke(tmp_path, "--sft-max-len", "8", "--rl-steps", "1", "--eval-problems", "4")
     assert r.returncode == 1
     failed = [ln for ln in r.stderr.splitlines() if ln.startswith("gpu_check: FAILED")]

@@ -167,7 +167,7 @@ def test_no_module_is_over_450_lines_and_no_function_over_60():
 def test_the_benchmark_names_are_listed_once():
     """Only the registry spells out the tuple of benchmark names."""
     from evaluators import tasks
-    from gspo.data_config import DATA_TASKS
+    from gspo.config.data import DATA_TASKS
 
     assert DATA_TASKS == tasks.BENCHMARKS
     spelled = f"{tasks.BENCHMARKS!r}"          # ('aime', 'lcb', 'cf')

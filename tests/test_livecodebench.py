@@ -450,8 +450,8 @@ def test_score_many_matches_score_one_by_one():
 
 
 def test_the_data_stage_keeps_only_the_windowed_test_problems_of_a_loaded_file(tmp_path):
-    from gspo.config import ConfigError
-    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from gspo.config.data import DataFiles, DataGenConfig, TaskFiles
+    from gspo.config.fields import ConfigError
     from gspo.io import read_jsonl, write_jsonl
     from pipeline import data
 
@@ -506,7 +506,7 @@ def test_an_sft_row_without_a_solution_names_the_row_and_the_field(tmp_path):
 
 
 def test_the_data_stage_reads_sft_files_with_the_sft_loader(tmp_path):
-    from gspo.data_config import DataFiles, DataGenConfig, TaskFiles
+    from gspo.config.data import DataFiles, DataGenConfig, TaskFiles
     from gspo.io import read_jsonl
     from pipeline import data
 
@@ -534,8 +534,8 @@ def test_a_hub_release_out_of_reach_is_one_line_saying_what_to_download(tmp_path
 def test_the_release_version_and_window_from_the_config_reach_the_hub_loader(monkeypatch, tmp_path):
     import datasets
 
-    from gspo.config import ConfigError
-    from gspo.data_config import TaskFiles
+    from gspo.config.data import TaskFiles
+    from gspo.config.fields import ConfigError
     from pipeline import data
 
     asked = []

@@ -11,7 +11,7 @@ from evaluators.benchmarks import aime
 from evaluators.benchmarks.aime import answers as math_answers
 from evaluators.lm_eval_tasks import utils as task_utils
 from gspo.io import write_jsonl
-from gspo.tokens import Codec
+from gspo.model.tokens import Codec
 from toys import memorise
 
 
@@ -122,7 +122,7 @@ def test_lm_eval_greedy_scores_agree_with_the_harness_and_the_rollout_engine(mem
                                                                             problems, tmp_path):
     from lm_eval.tasks import TaskManager
 
-    from gspo.models import load_model
+    from gspo.model.models import load_model
     from gspo.rollout import make_engine
 
     folder = tasks.write_tasks(tmp_path / "tasks", benchmarks=["aime"], repeats=2, temperature=0.0,

@@ -1,4 +1,4 @@
-"""The per-GPU memory plan (gspo.memory_plan, pipeline.memory_plan): parameter counts against real
+"""The per-GPU memory plan (gspo.infra.memory_plan, pipeline.memory_plan): parameter counts against real
 models, the arithmetic by hand, and the shipped real-scale settings fitting where the settings
 before issue 23 did not."""
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gspo.memory_plan import GIB, PRESETS, RESERVE_GIB, Settings, Shape, plan
+from gspo.infra.memory_plan import GIB, PRESETS, RESERVE_GIB, Settings, Shape, plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_the_parameter_count_is_the_models_own(preset, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from gspo.models import build_tiny
+    from gspo.model.models import build_tiny
 
     d = build_tiny(preset, tmp_path / preset, seed=0)
     model = AutoModelForCausalLM.from_pretrained(d)

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from gspo.mlflow_store import ui_link
+from gspo.tracking.store import ui_link
 
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -1,7 +1,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from gspo.models import CHARS, PRESETS, build_tiny, count_params
+from gspo.model.models import CHARS, PRESETS, build_tiny, count_params
 
 
 def test_building_a_preset_twice_with_one_seed_gives_identical_weights(tmp_path):

@@ -5,14 +5,15 @@ import torch
 
 from evaluators.benchmarks import aime
 from evaluators.tasks import rewards
-from gspo import moe
-from gspo import trainer as trainer_mod
-from gspo.checkpoint import list_checkpoints
-from gspo.config import ConfigError, DataSource, RLConfig
-from gspo.data import pad_batch, sequence_logprobs
+from gspo.config.fields import ConfigError
+from gspo.config.train import DataSource, RLConfig
+from gspo.infra.checkpoint import list_checkpoints
 from gspo.io import write_jsonl
-from gspo.models import load_model
-from gspo.tracking import read_metrics
+from gspo.model import moe
+from gspo.model.models import load_model
+from gspo.native import trainer as trainer_mod
+from gspo.native.data import pad_batch, sequence_logprobs
+from gspo.tracking.runs import read_metrics
 
 TIMING = {"wall_s", "time_rollout_s", "time_old_logprob_s", "time_update_s", "time_moe_s"}
 
@@ -298,7 +299,7 @@ def test_rollout_logprobs_measure_volatility_on_the_on_policy_minibatch(
 
 
 def test_engine_routing_replay_options_are_checked_with_a_fix(data, tiny_moe_model_dir, tmp_path):
-    from gspo.config import RolloutConfig
+    from gspo.config.train import RolloutConfig
 
     with pytest.raises(ConfigError, match=r"routing_replay_source: 'engine' says .* routing_replay: true"):
         moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay_source="engine")
@@ -324,7 +325,7 @@ def test_rl_replaying_the_engines_routing_trains_and_logs_the_engine_trainer_mis
 
 def test_a_bf16_engine_routes_some_tokens_unlike_the_fp32_trainer(
         data, tiny_moe_model_dir, tmp_path, text_rewards):
-    from gspo.config import RolloutConfig
+    from gspo.config.train import RolloutConfig
 
     trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, prompts_per_step=4,
                                max_new_tokens=24, rollout=RolloutConfig(dtype="bfloat16")), text_rewards)

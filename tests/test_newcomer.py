@@ -32,7 +32,7 @@ def run(cmd: str, cwd=ROOT, timeout=300) -> subprocess.CompletedProcess:
 
 
 def test_the_first_tasks_commands_that_are_cheap_run_as_written(tmp_path):
-    from gspo.provenance import version
+    from gspo.infra.provenance import version
 
     cmds = commands()
     cheap = [c for c in cmds if c.endswith(("--help", "--version")) or "memory_plan" in c]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gspo.objectives import (
+from gspo.core.objectives import (
     DEFAULT_EPS,
     group_advantages,
     policy_loss,
@@ -208,7 +208,7 @@ def test_unknown_objective_or_aggregation_is_rejected_by_name():
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 64])
 def test_chunked_logprobs_and_entropy_equal_the_plain_computation_and_so_do_their_gradients(chunk):
-    from gspo.objectives import chunked_token_logprobs
+    from gspo.core.objectives import chunked_token_logprobs
 
     g = torch.Generator().manual_seed(0)
     B, T, H, V = 3, 7, 8, 50
@@ -234,8 +234,8 @@ def test_chunked_logprobs_and_entropy_equal_the_plain_computation_and_so_do_thei
 
 
 def test_sequence_logprobs_in_chunks_match_the_model_s_own_logits(tiny_model_dir):
-    from gspo.data import pad_batch, sequence_logprobs
-    from gspo.models import load_model
+    from gspo.model.models import load_model
+    from gspo.native.data import pad_batch, sequence_logprobs
 
     model, tok = load_model(tiny_model_dir)
     batch = pad_batch([tok("12+3=").input_ids, tok("7*8=").input_ids],
@@ -328,7 +328,7 @@ def test_sapo_gates_the_ratio_smoothly_with_a_temperature_per_advantage_sign():
 
 def test_every_registered_objective_is_a_loss_whose_gradient_ascends_the_advantage():
     # one step down the loss raises the log-prob of the positive-advantage sequence's tokens
-    from gspo.objectives import OBJECTIVES
+    from gspo.core.objectives import OBJECTIVES
 
     g = torch.Generator().manual_seed(0)
     old = -torch.rand(4, 5, generator=g, dtype=torch.float64)
@@ -346,7 +346,7 @@ def test_every_registered_objective_is_a_loss_whose_gradient_ascends_the_advanta
 # -- DAPO's shaping and the rollout correction -----------------------------------------------------
 
 def test_rollout_correction_truncates_or_masks_per_token_or_per_sequence():
-    from gspo.objectives import rollout_correction
+    from gspo.core.objectives import rollout_correction
 
     # old - engine log-probs: ln 2, ln 4 (sequence 1); ln 0.5 and padding (sequence 2)
     old = torch.tensor([[math.log(2), math.log(4)], [math.log(0.5), 9.0]], dtype=torch.float64)
@@ -375,7 +375,7 @@ def test_rollout_correction_weights_each_tokens_loss_but_not_the_gradient_of_the
 def test_dapos_overlong_punishment_is_trls_reward_function():
     from trl.rewards import get_soft_overlong_punishment
 
-    from gspo.objectives import overlong_penalty
+    from gspo.core.objectives import overlong_penalty
 
     lengths = [10, 80, 81, 90, 99, 100, 120]
     ours = overlong_penalty(torch.tensor(lengths), max_len=100, buffer=20).tolist()

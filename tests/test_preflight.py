@@ -1,5 +1,5 @@
 """What the workflow's plan checks before any job starts, and the compute it says the run will spend
-(workflow/gspo_workflow/preflight.py, gspo/compute_plan.py): each check on a real config, in
+(workflow/gspo_workflow/preflight.py, gspo/infra/compute_plan.py): each check on a real config, in
 process (the dry runs in test_workflow.py and test_verl_engine.py show the lines Snakemake
 prints)."""
 
@@ -13,9 +13,9 @@ import sys
 import pytest
 import yaml
 
-from gspo import compute_plan as cp
-from gspo.config import ConfigError
-from gspo.memory_plan import PRESETS, Shape
+from gspo.config.fields import ConfigError
+from gspo.infra import compute_plan as cp
+from gspo.infra.memory_plan import PRESETS, Shape
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
@@ -130,8 +130,8 @@ def test_the_executor_comes_from_the_command_line_or_the_profile(tmp_path, monke
 # -- the compute ----------------------------------------------------------------------------------
 
 def test_the_flops_per_token_are_the_trainers_own_accounting(tiny_model_dir, tiny_moe_model_dir):
-    from gspo.flops import FlopCounter
-    from gspo.models import load_model
+    from gspo.model.flops import FlopCounter
+    from gspo.model.models import load_model
 
     for folder in (tiny_model_dir, tiny_moe_model_dir):          # dense, and MoE's top-k experts
         model, _ = load_model(folder)

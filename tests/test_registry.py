@@ -1,4 +1,4 @@
-"""The two registries, gspo.objectives.OBJECTIVES and evaluators.tasks.MODULES, against every
+"""The two registries, gspo.core.objectives.OBJECTIVES and evaluators.tasks.MODULES, against every
 place that names their entries: what derives from them is derived (the engines' maps, the data
 stage), what cannot be (the static YAML schema, the docs' tables, the stage config sections) is
 checked here, each failure naming the place to edit (docs/EXTENDING.md lists them)."""
@@ -12,10 +12,11 @@ import re
 import yaml
 
 from evaluators import tasks
-from gspo import trl_engine, verl_engine
-from gspo.config import DataSource, RLConfig
-from gspo.data_config import DataFiles, DataGenConfig
-from gspo.objectives import OBJECTIVES
+from gspo.config.data import DataFiles, DataGenConfig
+from gspo.config.train import DataSource, RLConfig
+from gspo.core.objectives import OBJECTIVES
+from gspo.engines.trl import rl as trl_engine
+from gspo.engines.verl import job as verl_engine
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -44,9 +45,9 @@ def test_every_benchmark_has_its_data_and_eval_sections_in_the_schema_and_the_da
             f"workflow/schemas: data.files.{b}"
         assert ev.get(b, {}).get("$ref") == "#/$defs/eval_override", f"workflow/schemas: eval.{b}"
     gen = {f.name for f in dataclasses.fields(DataGenConfig)}
-    assert set(tasks.BENCHMARKS) <= gen, "gspo/data_config.py: a DataGenConfig section"
+    assert set(tasks.BENCHMARKS) <= gen, "gspo/config/data.py: a DataGenConfig section"
     assert [f.name for f in dataclasses.fields(DataFiles)] == list(tasks.BENCHMARKS), \
-        "gspo/data_config.py: a DataFiles field"
+        "gspo/config/data.py: a DataFiles field"
     assert set(tasks.TITLES) == set(tasks.BENCHMARKS), "evaluators/tasks.py: TITLES"
 
 

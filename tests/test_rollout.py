@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from gspo.data import pad_batch, sequence_logprobs
-from gspo.models import load_model
+from gspo.model.models import load_model
+from gspo.native.data import pad_batch, sequence_logprobs
 from gspo.rollout import make_engine
 from gspo.rollout.torch_engine import sample_next, sample_seeds
 
@@ -92,7 +92,7 @@ def test_an_unknown_engine_name_is_rejected():
 
 
 def test_with_one_seed_per_prompt_a_prompts_samples_do_not_depend_on_its_batch(tiny_model_dir):
-    from gspo.models import load_model
+    from gspo.model.models import load_model
     from gspo.rollout import make_engine
 
     model, tok = load_model(tiny_model_dir)
@@ -167,7 +167,7 @@ def test_two_close_models_with_the_same_seeds_share_their_sampling_noise(tiny_mo
     """Common random numbers: a checkpoint and a slightly moved copy, sampled with the same
     seeds, make the same choices wherever their distributions nearly agree, so their paired
     scores differ far less than two independent samplings would."""
-    from gspo.models import load_model
+    from gspo.model.models import load_model
 
     model, tok = load_model(tiny_model_dir)
     moved, _ = load_model(tiny_model_dir)

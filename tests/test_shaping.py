@@ -1,11 +1,11 @@
-"""DAPO's dynamic sampling on in-memory toy draws (gspo.shaping.dynamic_sampling)."""
+"""DAPO's dynamic sampling on in-memory toy draws (gspo.native.shaping.dynamic_sampling)."""
 
 import pytest
 import torch
 
-from gspo import distributed as dist
 from gspo.errors import TrainingError
-from gspo.shaping import dynamic_sampling
+from gspo.infra import distributed as dist
+from gspo.native.shaping import dynamic_sampling
 
 
 def draws(*groups_per_draw):

@@ -1,5 +1,5 @@
 """Any Hugging Face tokenizer as the policy's: no pad token, BOS, several EOS ids, chat
-templates (gspo.tokens), on small tokenizers built here with `tokenizers`."""
+templates (gspo.model.tokens), on small tokenizers built here with `tokenizers`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from gspo.config import ConfigError, PromptConfig
-from gspo.models import build_tokenizer
-from gspo.tokens import Codec, codec
+from gspo.config.fields import ConfigError
+from gspo.config.train import PromptConfig
+from gspo.model.models import build_tokenizer
+from gspo.model.tokens import Codec, codec
 
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% if not enable_thinking %}<nothink>"
@@ -91,7 +92,7 @@ def test_chat_format_without_a_template_is_a_one_line_error_naming_the_field():
 def test_a_model_directory_without_a_tokenizer_names_what_is_missing(tiny_model_dir, tmp_path):
     import shutil
 
-    from gspo.models import load_model
+    from gspo.model.models import load_model
 
     bare = tmp_path / "bare"
     bare.mkdir()
@@ -103,9 +104,9 @@ def test_a_model_directory_without_a_tokenizer_names_what_is_missing(tiny_model_
 
 def test_sft_refuses_a_max_len_that_leaves_no_room_after_a_prompt(tmp_path):
     from evaluators.benchmarks import aime
-    from gspo.config import DataSource, SFTConfig
+    from gspo.config.train import DataSource, SFTConfig
     from gspo.io import write_jsonl
-    from gspo.sft import run_sft
+    from gspo.native.sft import run_sft
 
     data = tmp_path / "train.jsonl"
     write_jsonl(aime.generate(4, split="train", seed=0, difficulty="easy"), data)
@@ -119,7 +120,7 @@ def test_sft_refuses_a_max_len_that_leaves_no_room_after_a_prompt(tmp_path):
 
 def test_the_bpe_preset_trains_its_tokenizer_on_the_corpus_deterministically(tmp_path):
     from evaluators.benchmarks import aime
-    from gspo.models import build_tiny, load_model
+    from gspo.model.models import build_tiny, load_model
 
     corpus = [r["prompt"] + r["solution"] for r in aime.generate(32, split="train", seed=0,
                                                                       difficulty="easy")]
@@ -144,11 +145,11 @@ def test_the_bpe_preset_runs_sft_rl_with_vllm_and_evaluation_in_chat_format(tmp_
     vLLM (CPU build) samples the same token ids the trainer scores, and evaluates in bf16."""
     from evaluators.benchmarks import aime
     from evaluators.tasks import reward, rewards
-    from gspo.config import DataSource, RLConfig, RolloutConfig, SFTConfig
+    from gspo.config.train import DataSource, RLConfig, RolloutConfig, SFTConfig
     from gspo.io import write_jsonl
-    from gspo.sft import run_sft
-    from gspo.tracking import read_metrics
-    from gspo.trainer import run_rl
+    from gspo.native.sft import run_sft
+    from gspo.native.trainer import run_rl
+    from gspo.tracking.runs import read_metrics
     from pipeline import evaluate
 
     train, test = tmp_path / "train.jsonl", tmp_path / "aime_test.jsonl"

@@ -1,4 +1,4 @@
-"""MLflow tracking of real stages (gspo.tracking): a real sqlite store, real SFT / RL
+"""MLflow tracking of real stages (gspo.tracking.runs): a real sqlite store, real SFT / RL
 subprocesses, real crashes and SIGTERMs."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gspo import provenance
-from gspo.tracking import MetricsLog, read_metrics
+from gspo.infra import provenance
+from gspo.tracking.runs import MetricsLog, read_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_a_resumed_metrics_log_keeps_only_records_up_to_the_resume_step(tmp_path
 
 
 def test_without_a_tracking_uri_a_stage_run_logs_nothing_and_writes_no_run_file(tmp_path, monkeypatch):
-    from gspo.tracking import stage_run
+    from gspo.tracking.runs import stage_run
 
     # the library never reads the environment: MLflow's own variable changes nothing
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'db.sqlite'}")
@@ -183,7 +183,7 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
 
 def test_experiments_are_created_as_model_training_experiments(tmp_path):
     # MLflow 3's UI opens an experiment on the view its kind tag names (training runs here)
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = _client(tmp_path / "db.sqlite")
     exp = cl.get_experiment(tracking.experiment_id(cl, "e"))
@@ -191,7 +191,7 @@ def test_experiments_are_created_as_model_training_experiments(tmp_path):
 
 
 def test_replacing_an_evaluation_metric_leaves_one_value_at_its_step(tmp_path):
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = _client(tmp_path / "db.sqlite")
     exp = tracking.experiment_id(cl, "e")
@@ -205,7 +205,7 @@ def test_replacing_an_evaluation_metric_leaves_one_value_at_its_step(tmp_path):
 
 
 def test_a_fresh_summary_run_replaces_the_previous_one_and_carries_the_workflow_tags(tmp_path):
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = _client(tmp_path / "db.sqlite")
     exp = tracking.experiment_id(cl, "e")
@@ -221,7 +221,7 @@ def test_a_fresh_summary_run_replaces_the_previous_one_and_carries_the_workflow_
 
 
 def test_truncating_a_resumed_run_drops_training_metrics_past_the_step_but_keeps_eval_scores(tmp_path):
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = _client(tmp_path / "db.sqlite")
     run = cl.create_run(tracking.experiment_id(cl, "e"))
@@ -235,7 +235,7 @@ def test_truncating_a_resumed_run_drops_training_metrics_past_the_step_but_keeps
 
 
 def test_config_params_are_flattened_with_dotted_keys():
-    from gspo.tracking import flatten
+    from gspo.tracking.store import flatten
 
     flat = flatten({"lr": 5e-5, "rollout": {"engine": "torch"}, "eps_low": None,
                     "train_data": [{"path": "a.jsonl", "weight": 1.0}], "sft_steps": [1, 2]})
@@ -247,8 +247,8 @@ def test_config_params_are_flattened_with_dotted_keys():
 def test_a_stop_signal_during_a_checkpoint_write_takes_effect_after_it():
     import os
 
-    from gspo.checkpoint import signals_deferred
-    from gspo.tracking import Terminated, terminate_as_exception
+    from gspo.infra.checkpoint import signals_deferred
+    from gspo.tracking.runs import Terminated, terminate_as_exception
 
     done = []
     with pytest.raises(Terminated) as e, terminate_as_exception():
@@ -266,7 +266,7 @@ def test_a_sigterm_whose_exception_a_finalizer_swallowed_still_stops_the_stage(t
     import gc
     import os
 
-    from gspo.tracking import MetricsLog, Terminated, terminate_as_exception
+    from gspo.tracking.runs import MetricsLog, Terminated, terminate_as_exception
 
     class SignalledWhileCollected:
         def __del__(self):
@@ -333,7 +333,7 @@ def _raise_locked():
 def _stage_with(monkeypatch, tmp_path, store: FaultyStore):
     """A tracked stage in tmp_path/out whose MLflow client is `store`; its run_info.json holds a
     config so that the stage logs params too."""
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     out = tmp_path / "out"
     out.mkdir()
@@ -351,7 +351,7 @@ def test_a_blind_retry_of_a_batch_the_store_committed_doubles_it(tmp_path):
     # the window is real: what mlflow_store.retry did with log_batch before StoredSteps
     from mlflow.entities import Metric
 
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     db = tmp_path / "db.sqlite"
     store = FaultyStore(f"sqlite:///{db}", after=_raise_locked)
@@ -363,7 +363,7 @@ def test_a_blind_retry_of_a_batch_the_store_committed_doubles_it(tmp_path):
 
 def test_a_store_that_commits_then_reports_locked_gets_every_point_param_and_run_once(
         tmp_path, monkeypatch):
-    from gspo.tracking import MetricsLog, stage_run
+    from gspo.tracking.runs import MetricsLog, stage_run
 
     db = tmp_path / "db.sqlite"
     store = FaultyStore(f"sqlite:///{db}", after=_raise_locked, times=5, creates=1)
@@ -382,7 +382,7 @@ def test_a_store_that_commits_then_reports_locked_gets_every_point_param_and_run
 
 
 def test_params_already_logged_are_fine_when_equal_and_a_one_line_error_when_not(tmp_path):
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = _client(tmp_path / "db.sqlite")
     rid = cl.create_run(tracking.experiment_id(cl, "e")).info.run_id
@@ -402,8 +402,8 @@ def _sigterm():
                                    "between the send and the buffer update"])
 def test_a_sigterm_inside_flush_leaves_every_point_in_the_run_exactly_once(
         tmp_path, monkeypatch, where):
-    from gspo import tracking
-    from gspo.tracking import MetricsLog, Terminated, stage_run
+    from gspo.tracking import runs as tracking
+    from gspo.tracking.runs import MetricsLog, Terminated, stage_run
 
     db = tmp_path / "db.sqlite"
     store = FaultyStore(f"sqlite:///{db}", after=_sigterm, times=0)
@@ -478,7 +478,7 @@ def test_a_kill_9_during_a_send_then_a_resume_leaves_every_point_exactly_once(
     assert again.data.tags["resumed_at_step"] == "4"
     rows = read_metrics(out / "metrics.jsonl")
     assert [rec["step"] for rec in rows] == list(range(1, 7))
-    from gspo.tracking import numeric_metrics
+    from gspo.tracking.store import numeric_metrics
 
     keys = set(numeric_metrics({k: v for rec in rows for k, v in rec.items() if k != "step"}))
     assert "reward_mean" in keys and len(keys) > 10
@@ -491,7 +491,8 @@ def test_a_kill_9_during_a_send_then_a_resume_leaves_every_point_exactly_once(
 
 def test_a_stage_starting_over_replaces_the_run_its_earlier_attempt_left(tmp_path):
     # an RL job killed before its first checkpoint starts from scratch: one run of it remains
-    from gspo.tracking import MetricsLog, Tracking, stage_run, stage_runs
+    from gspo.tracking.runs import MetricsLog, Tracking, stage_run
+    from gspo.tracking.store import stage_runs
 
     db = tmp_path / "db.sqlite"
     tr = Tracking(uri=f"sqlite:///{db}", experiment="e")

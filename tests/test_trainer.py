@@ -10,12 +10,12 @@ import torch
 from safetensors.torch import load_file
 
 from evaluators.tasks import reward, rewards
-from gspo import trainer as trainer_mod
-from gspo.checkpoint import list_checkpoints
-from gspo.config import DataSource, RLConfig, SFTConfig
-from gspo.objectives import OBJECTIVES
-from gspo.sft import run_sft
-from gspo.tracking import read_metrics
+from gspo.config.train import DataSource, RLConfig, SFTConfig
+from gspo.core.objectives import OBJECTIVES
+from gspo.infra.checkpoint import list_checkpoints
+from gspo.native import trainer as trainer_mod
+from gspo.native.sft import run_sft
+from gspo.tracking.runs import read_metrics
 
 TIMING = {"wall_s", "time_rollout_s", "time_old_logprob_s", "time_update_s"}
 
@@ -191,7 +191,7 @@ def test_bfloat16_rollout_logprobs_make_gspo_clip_even_its_on_policy_minibatch(d
     # so with its log-probs as old ones some sequences sit outside the band before any update.
     # Whether the clip removes a gradient also depends on the advantage's sign, so one minibatch
     # (every sequence on-policy) and four steps give it sequences of both signs to act on.
-    from gspo.config import RolloutConfig
+    from gspo.config.train import RolloutConfig
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, minibatches=1,
                               algorithm="gspo", old_logprobs="rollout",
                               rollout=RolloutConfig(dtype="bfloat16")), rewards)
@@ -201,7 +201,7 @@ def test_bfloat16_rollout_logprobs_make_gspo_clip_even_its_on_policy_minibatch(d
 
 
 def test_a_bfloat16_rollout_engine_shows_a_visible_logprob_gap(data, sft_model, tmp_path):
-    from gspo.config import RolloutConfig
+    from gspo.config.train import RolloutConfig
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=1,
                               rollout=RolloutConfig(dtype="bfloat16")), rewards)
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
@@ -233,8 +233,8 @@ def test_activation_checkpointing_changes_no_number_of_a_step(data, sft_model, t
 
 
 def test_activation_checkpointing_is_refused_for_moe_models(data, tmp_path):
-    from gspo.config import ConfigError
-    from gspo.models import build_tiny
+    from gspo.config.fields import ConfigError
+    from gspo.model.models import build_tiny
 
     moe_dir = build_tiny("tiny-moe", tmp_path / "moe", seed=0)
     with pytest.raises(ConfigError, match="activation_checkpointing: not supported for Mixture"):
@@ -243,7 +243,7 @@ def test_activation_checkpointing_is_refused_for_moe_models(data, tmp_path):
 
 
 def test_keep_last_keeps_exactly_the_newest_complete_checkpoints_and_the_kept_steps(tmp_path):
-    from gspo.checkpoint import list_checkpoints, prune_checkpoints
+    from gspo.infra.checkpoint import list_checkpoints, prune_checkpoints
     from gspo.io import atomic_dir
 
     root = tmp_path / "checkpoints"
@@ -261,7 +261,7 @@ def test_keep_last_keeps_exactly_the_newest_complete_checkpoints_and_the_kept_st
 
 
 def test_a_run_with_keep_last_prunes_as_it_goes(data, sft_model, tmp_path):
-    from gspo.checkpoint import list_checkpoints
+    from gspo.infra.checkpoint import list_checkpoints
 
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=4, ckpt_every=1, keep_last=1,
                               keep_steps=[2]), rewards)
@@ -271,7 +271,7 @@ def test_a_run_with_keep_last_prunes_as_it_goes(data, sft_model, tmp_path):
 
 
 def test_token_budget_micro_batches_pack_longest_first_within_the_budget():
-    from gspo.data import micro_batches
+    from gspo.native.data import micro_batches
 
     lengths = torch.tensor([5, 9, 3, 9, 4, 20])
     rows = torch.tensor([0, 1, 2, 3, 4, 5])
@@ -286,9 +286,9 @@ def test_token_budget_micro_batches_pack_longest_first_within_the_budget():
 
 
 def test_a_right_padded_batch_needs_no_padding_mask_bit_for_bit(sft_model):
-    from gspo.data import causal_only, pad_batch, sequence_logprobs
-    from gspo.models import load_model
-    from gspo.objectives import token_logprobs
+    from gspo.core.objectives import token_logprobs
+    from gspo.model.models import load_model
+    from gspo.native.data import causal_only, pad_batch, sequence_logprobs
 
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 60, (n,), generator=g).tolist() for n in (4, 9, 6, 12)]
@@ -377,7 +377,7 @@ def read_metrics_of(model_dir):
 
 
 def test_mfu_is_each_phases_model_flops_over_its_time_and_the_devices_peak():
-    from gspo.step_metrics import mfu
+    from gspo.native.step_metrics import mfu
 
     # 3 forward passes of 1e12 FLOPs in 2 s on 1e12 FLOP/s: 1.5; phases that did not run: none
     assert mfu(1e12, {"update": (3, 2.0), "old_logprob": (0, 1.0), "rollout": (1, 0.0)},
@@ -404,7 +404,7 @@ def test_the_old_logprob_pass_keeps_to_the_token_budget_and_computes_the_same_lo
         data, sft_model, tmp_path):
     """Issue 23 #3: the no-grad pass over the whole rollout batch ran as one forward whatever
     the budget (real-scale: 256 sequences x ~8.5K tokens, out of memory at step 1)."""
-    from gspo.data import pad_batch
+    from gspo.native.data import pad_batch
 
     g = torch.Generator().manual_seed(0)
     lengths = [3, 30, 7, 18, 25, 4, 11, 29]
@@ -434,16 +434,16 @@ def test_the_old_logprob_pass_keeps_to_the_token_budget_and_computes_the_same_lo
 
 
 def test_the_greedy_check_decodes_what_the_rollout_engine_decodes_greedily(data, sft_model):
-    # gspo.sft.greedy_decode runs the model's own forward (what FSDP shards); the torch engine
+    # gspo.native.sft.greedy_decode runs the model's own forward (what FSDP shards); the torch engine
     # its own loop over the layers: the same model must give the same completions
     import copy
 
-    from gspo import tokens
-    from gspo.config import PromptConfig
+    from gspo.config.train import PromptConfig
     from gspo.io import read_jsonl
-    from gspo.models import load_model
+    from gspo.model import tokens
+    from gspo.model.models import load_model
+    from gspo.native.sft import greedy_decode
     from gspo.rollout.torch_engine import TorchEngine
-    from gspo.sft import greedy_decode
 
     model, tok = load_model(sft_model)
     codec = tokens.codec(tok, sft_model, PromptConfig())
@@ -471,7 +471,7 @@ def test_dapo_masks_truncated_responses_and_punishes_overlong_ones(data, sft_mod
 
 def test_rollout_correction_weighs_a_bfloat16_engine_against_the_trainer(data, sft_model,
                                                                          tmp_path):
-    from gspo.config import RolloutConfig
+    from gspo.config.train import RolloutConfig
 
     trainer_mod.run_rl(rl_cfg(data, sft_model, tmp_path, steps=1,
                               rollout=RolloutConfig(dtype="bfloat16"),

@@ -1,4 +1,4 @@
-"""engine: trl (gspo.trl_engine): every RLConfig field mapped or refused, the docs' table equal to
+"""engine: trl (gspo.engines.trl.rl): every RLConfig field mapped or refused, the docs' table equal to
 the code's, and real TRL runs: the native trainer's prompts, checkpoints evaluation loads,
 metrics under this project's names in MLflow, and a kill -9 resumed."""
 
@@ -14,8 +14,9 @@ import time
 import pytest
 import torch
 
-from gspo import trl_engine
-from gspo.config import ConfigError, DataSource, RLConfig, RolloutConfig
+from gspo.config.fields import ConfigError
+from gspo.config.train import DataSource, RLConfig, RolloutConfig
+from gspo.engines.trl import rl as trl_engine
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = [DataSource(path="x.jsonl")]
@@ -114,7 +115,8 @@ def test_trls_own_config_accepts_each_mapping(tmp_path, kw, loss_type, level):
 
 
 def test_several_ranks_ask_trl_for_fsdp2_and_one_rank_for_nothing(tmp_path):
-    from gspo import trl_fsdp, trl_sft
+    from gspo.engines.trl import fsdp as trl_fsdp
+    from gspo.engines.trl import sft as trl_sft
 
     assert "fsdp" not in trl_engine.grpo_args(cfg_of())
     args = trl_engine._trl().GRPOConfig(output_dir=str(tmp_path),
@@ -131,7 +133,7 @@ def test_several_ranks_ask_trl_for_fsdp2_and_one_rank_for_nothing(tmp_path):
 def test_a_run_on_several_ranks_that_accelerate_does_not_shard_with_fsdp2_stops():
     from accelerate import Accelerator
 
-    from gspo import trl_fsdp
+    from gspo.engines.trl import fsdp as trl_fsdp
     from gspo.errors import TrainingError
 
     acc = Accelerator(cpu=True)                  # one process: accelerate's NO
@@ -163,9 +165,9 @@ def _yaml(tmp_path, model, data, *, steps, ckpt_every, extra="", new_tokens=8) -
 @pytest.mark.slow
 def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluation_loads(
         tmp_path, tiny_model_dir, aime_prompts):
-    from gspo.data import Mix
-    from gspo.fields import load
-    from gspo.models import load_model
+    from gspo.config.fields import load
+    from gspo.model.models import load_model
+    from gspo.native.data import Mix
 
     cfg = load(RLConfig, _yaml(tmp_path, tiny_model_dir, aime_prompts, steps=3, ckpt_every=2,
                                extra="peak_flops: 1.0e+12\nlog_samples_every: 2\n"))
@@ -188,7 +190,7 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
     diff = [not torch.equal(a, b) for a, b in zip(final.parameters(), start.parameters())]
     assert any(diff)                          # it learned something
     assert all(torch.equal(a, b) for a, b in zip(final.parameters(), last.parameters()))
-    from gspo.checkpoint import checkpoint_meta
+    from gspo.infra.checkpoint import checkpoint_meta
 
     meta = checkpoint_meta(tmp_path / "rl" / "checkpoints" / "step_000002")   # what eval records
     assert meta["step"] == 2 and meta["stage"] == "rl" and meta["compute_flops"] > 0
@@ -220,7 +222,7 @@ def test_trl_trains_on_the_native_trainers_prompts_and_saves_checkpoints_evaluat
 @pytest.mark.slow
 def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numbers(
         tmp_path, tiny_model_dir, aime_prompts):
-    from gspo.tracking import read_metrics
+    from gspo.tracking.runs import read_metrics
 
     db = tmp_path / "mlflow.db"
     flags = ["--tracking-uri", f"sqlite:///{db}", "--experiment", "t", "--tag", "suite=tests"]
@@ -265,13 +267,13 @@ def test_a_trl_run_killed_with_sigkill_resumes_into_the_same_mlflow_run_and_numb
 @pytest.mark.slow
 def test_trl_on_two_ranks_shards_with_fsdp2_counts_both_ranks_and_resumes_a_kill_9(
         tmp_path, toy_sft_model, toy_data):
-    """Two CPU ranks take the FSDP2 path a GPU run takes (gspo.trl_fsdp), not DDP: rank 0 alone
+    """Two CPU ranks take the FSDP2 path a GPU run takes (gspo.engines.trl.fsdp), not DDP: rank 0 alone
     writes, both ranks' compute is counted, and a run whose ranks are all killed with -9 resumes
     from TRL's FSDP checkpoint (whole model, optimizer) to the same numbers and weights."""
     import mlflow
 
-    from gspo.models import load_model
-    from gspo.tracking import read_metrics
+    from gspo.model.models import load_model
+    from gspo.tracking.runs import read_metrics
 
     def cmd(d: pathlib.Path) -> list[str]:
         d.mkdir()
@@ -294,7 +296,7 @@ def test_trl_on_two_ranks_shards_with_fsdp2_counts_both_ranks_and_resumes_a_kill
         before = x["tokens_generated"]
     summary = json.loads((ref / "rl" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["tokens_generated"] == before
-    assert summary["sharding"] == "fsdp2"        # as on GPUs (gspo.trl_fsdp), not DDP
+    assert summary["sharding"] == "fsdp2"        # as on GPUs (gspo.engines.trl.fsdp), not DDP
     assert sorted(p.name for p in (ref / "rl" / "checkpoints").iterdir()) == [
         "step_000002", "step_000004"]
     # the export keeps the model, not TRL's FSDP files, and the tied head once (as native runs)
@@ -335,7 +337,7 @@ def test_trl_on_two_ranks_shards_with_fsdp2_counts_both_ranks_and_resumes_a_kill
 def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses(tmp_path):
     import yaml
 
-    from gspo.fields import load
+    from gspo.config.fields import load
 
     rl = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())["rl"]
     path = tmp_path / "rl.yaml"
@@ -351,13 +353,13 @@ def test_the_real_scale_rl_settings_under_trl_stop_at_the_first_field_it_refuses
 @pytest.mark.slow
 def test_trl_samples_through_the_projects_vllm_engine_with_the_native_trainers_seeds(
         tmp_path, toy_data, toy_sft_model):
-    """rollout.engine: vllm under TRL (gspo.trl_rollout): the native trainer and TRL sample
+    """rollout.engine: vllm under TRL (gspo.engines.trl.rollout): the native trainer and TRL sample
     step 1 with the same seeds from the same model, so the same responses; each makes one
     on-policy update of the whole batch (the same loss up to rounding: tests/test_conformance),
     and step 2 samples alike again only if the new weights reached TRL's engine."""
     from evaluators.tasks import rewards
-    from gspo.tracking import read_metrics
-    from gspo.trainer import run_rl
+    from gspo.native.trainer import run_rl
+    from gspo.tracking.runs import read_metrics
 
     kw = dict(algorithm="gspo", model=str(toy_sft_model), steps=2, prompts_per_step=4,
               group_size=4, minibatches=1, lr=1e-2, max_new_tokens=32, threads=1,

@@ -12,10 +12,13 @@ import shutil
 import pytest
 import yaml
 
-from gspo import distributed as dist
-from gspo import trl_batch, trl_engine, trl_fsdp, trl_sft
-from gspo.config import ConfigError, DataSource, RLConfig, SFTConfig
-from gspo.fields import load
+from gspo.config.fields import ConfigError, load
+from gspo.config.train import DataSource, RLConfig, SFTConfig
+from gspo.engines.trl import batch as trl_batch
+from gspo.engines.trl import fsdp as trl_fsdp
+from gspo.engines.trl import rl as trl_engine
+from gspo.engines.trl import sft as trl_sft
+from gspo.infra import distributed as dist
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

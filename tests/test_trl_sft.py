@@ -1,4 +1,4 @@
-"""SFT on TRL's SFTTrainer (`engine: trl`, gspo.trl_sft): every SFTConfig field mapped, refused or
+"""SFT on TRL's SFTTrainer (`engine: trl`, gspo.engines.trl.sft): every SFTConfig field mapped, refused or
 honoured by the harness (and the docs table the same), TRL's own config accepting the mapping,
 and real TRL runs: 12 steps equal to the native stage's step for step, on one process and on 2
 gloo ranks (FSDP2, as on GPUs), with the native stage's files and metric names."""
@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from gspo import trl_sft
-from gspo.config import ConfigError, DataSource, SFTConfig
+from gspo.config.fields import ConfigError
+from gspo.config.train import DataSource, SFTConfig
+from gspo.engines.trl import sft as trl_sft
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -53,7 +54,7 @@ def test_a_value_trl_cannot_honour_is_a_one_line_error_naming_the_field(field):
 
 
 def test_trls_own_sftconfig_accepts_the_mapping(tmp_path):
-    from gspo.trl_engine import _trl
+    from gspo.engines.trl.rl import _trl
 
     args = _trl().SFTConfig(output_dir=str(tmp_path),
                             **trl_sft.sft_args(cfg_of(batch_size=16, micro_batch_size=4), 2))
@@ -69,16 +70,16 @@ def test_the_docs_table_is_the_codes_mapping():
 
 
 def test_the_native_stage_refuses_a_trl_config_rather_than_train_it_natively(tmp_path):
-    from gspo.sft import run_sft
+    from gspo.native.sft import run_sft
 
-    with pytest.raises(ConfigError, match="gspo.trl_sft.run_sft"):
+    with pytest.raises(ConfigError, match="gspo.engines.trl.sft.run_sft"):
         run_sft(cfg_of(engine="trl", out_dir=str(tmp_path / "sft")))
     assert not (tmp_path / "sft").exists()
 
 
 def test_a_refused_field_stops_the_stage_before_anything_is_written(tmp_path, toy_data):
     from evaluators.tasks import reward
-    from gspo.trl_sft import run_sft
+    from gspo.engines.trl.sft import run_sft
 
     cfg = cfg_of(engine="trl", out_dir=str(tmp_path / "sft"), logprob_chunk=16,
                  train_data=[DataSource(str(toy_data / "train.jsonl"))])
@@ -120,7 +121,8 @@ def _same_numbers(native: list[dict], trl: list[dict]) -> None:
 def both(tmp_path_factory, toy_data):
     """The same 12 SFT steps on the native stage and on TRL."""
     from evaluators.tasks import reward
-    from gspo import sft, trl_sft
+    from gspo.engines.trl import sft as trl_sft
+    from gspo.native import sft
 
     tmp = tmp_path_factory.mktemp("trl_sft")
     sft.run_sft(_sft(tmp, toy_data, "native"), reward)
@@ -140,7 +142,7 @@ def test_trl_sft_equals_the_native_stage_step_for_step(both):
 
 @pytest.mark.slow
 def test_trl_sft_writes_the_files_the_workflow_reads(both):
-    from gspo.models import load_model
+    from gspo.model.models import load_model
 
     summary = json.loads((both / "trl" / "summary.json").read_text())
     native = json.loads((both / "native" / "summary.json").read_text())
@@ -163,7 +165,7 @@ def test_trl_sft_writes_the_files_the_workflow_reads(both):
 def test_trl_sft_on_two_ranks_equals_one_process(tmp_path, both, toy_data):
     import yaml
 
-    from gspo.fields import to_dict
+    from gspo.config.fields import to_dict
 
     cfg = to_dict(_sft(tmp_path, toy_data, "trl"))
     path = tmp_path / "sft.yaml"
@@ -175,7 +177,7 @@ def test_trl_sft_on_two_ranks_equals_one_process(tmp_path, both, toy_data):
     _same_numbers(_records(both / "trl"), _records(tmp_path / "trl"))
     summary = json.loads((tmp_path / "trl" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["sharding"] == "fsdp2"   # as on GPUs, not DDP
-    from gspo.models import load_model
+    from gspo.model.models import load_model
 
     # the model gathered from the shards: one process's up to float rounding
     a, _ = load_model(both / "trl" / "model")

@@ -1,4 +1,4 @@
-"""engine: verl (gspo.verl_engine, issue 24), as far as a CPU can take it: every RLConfig field
+"""engine: verl (gspo.engines.verl.job, issue 24), as far as a CPU can take it: every RLConfig field
 mapped or refused; the mapped config composed and validated by verl 0.9.1's own code (Hydra's
 compose API over its config folder, then the checks its main_ppo runs) for every algorithm and
 replay mode; the job pipeline.verl writes; a run in verl's saved layout (its checkpoints' Hugging
@@ -19,8 +19,9 @@ import pytest
 import torch
 import yaml
 
-from gspo import verl_engine
-from gspo.config import ConfigError, DataSource, PromptConfig, RLConfig, RolloutConfig, VerlConfig
+from gspo.config.fields import ConfigError
+from gspo.config.train import DataSource, PromptConfig, RLConfig, RolloutConfig, VerlConfig
+from gspo.engines.verl import job as verl_engine
 from test_conformance_verl import ROOT, run_verl
 
 ALGORITHMS = tuple(verl_engine.LOSS_MODE)     # every objective verl has (the registry's)
@@ -67,7 +68,7 @@ def case(cfg: RLConfig, nodes: int = 2, gpus: int = 8) -> dict:
 
 def moe_30b_configs() -> dict[str, RLConfig]:
     """config/moe-30b.yaml's RL configs, as the workflow resolves them (rl, then the variant)."""
-    from gspo.fields import from_dict
+    from gspo.config.fields import from_dict
     from gspo_workflow.plan import deep_merge
 
     cfg = yaml.safe_load((ROOT / "config" / "moe-30b.yaml").read_text())
@@ -232,7 +233,7 @@ def verl_run(tmp_path_factory):
     two attempts (the second re-logging step 2 after a resume) and the launcher's done.json."""
     from evaluators.benchmarks import aime
     from gspo.io import write_jsonl
-    from gspo.models import build_tiny, load_model
+    from gspo.model.models import build_tiny, load_model
 
     tmp = tmp_path_factory.mktemp("verl_run")
     recs = aime.generate(6, split="train", seed=0, difficulty=aime.Difficulty(1, 3))
@@ -285,7 +286,7 @@ def _run(module, *args, env=None):
 def test_the_job_holds_every_steps_prompts_in_order_and_the_mapped_overrides(verl_run):
     import pyarrow.parquet as pq
 
-    from gspo.data import Mix
+    from gspo.native.data import Mix
 
     job = verl_run["out"] / "verl"
     spec = json.loads((job / "job.json").read_text())
@@ -300,7 +301,7 @@ def test_the_job_holds_every_steps_prompts_in_order_and_the_mapped_overrides(ver
 
 @pytest.mark.slow
 def test_collect_exports_verls_checkpoints_and_metrics_under_our_names(verl_run):
-    from gspo.models import load_model
+    from gspo.model.models import load_model
 
     assert verl_run["collect"].returncode == 0, verl_run["collect"].stderr
     out = verl_run["out"]
@@ -371,9 +372,9 @@ def test_a_checkpoint_verl_saved_but_never_logged_is_still_exported(verl_run, tm
     nothing left to run."""
     import shutil
 
+    from gspo.config.fields import from_dict
+    from gspo.engines.verl.collect import collect
     from gspo.errors import TrainingError
-    from gspo.fields import from_dict
-    from gspo.verl_collect import collect
 
     out = tmp_path / "rl"
     shutil.copytree(verl_run["out"] / "verl", out / "verl")

@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gspo.data import pad_batch, sequence_logprobs
-from gspo.models import load_model
+from gspo.model.models import load_model
+from gspo.native.data import pad_batch, sequence_logprobs
 from gspo.rollout import make_engine
 from gspo.rollout.vllm_engine import VLLMEngine, _vllm_device_type, checkpoint_state_dict
 
@@ -278,9 +278,9 @@ def test_options_the_engine_cannot_honour_are_rejected_before_starting_vllm(tiny
 def test_a_short_gspo_run_with_vllm_rollouts_and_rollout_logprobs_trains_end_to_end(
         tmp_path, toy_data, toy_sft_model):
     from evaluators.tasks import rewards
-    from gspo.config import DataSource, RLConfig, RolloutConfig
-    from gspo.tracking import read_metrics
-    from gspo.trainer import run_rl
+    from gspo.config.train import DataSource, RLConfig, RolloutConfig
+    from gspo.native.trainer import run_rl
+    from gspo.tracking.runs import read_metrics
 
     data, sft = toy_data / "train.jsonl", toy_sft_model
     out = run_rl(RLConfig(algorithm="gspo", model=str(sft), out_dir=str(tmp_path / "rl"),

@@ -192,7 +192,7 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
     assert len(by_stage["eval"]) == 8 * 3 * 3 + 3
     assert {r.data.tags["variant"] for r in by_stage["eval"]} == {
         "sft", "grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
-    from gspo.provenance import version
+    from gspo.infra.provenance import version
     # every run, training or evaluation, names the code that made it
     for r in rl + by_stage["sft"] + by_stage["eval"]:
         assert r.data.tags["version.gspo-bench"] == version() and r.data.tags["git_commit"]
@@ -311,7 +311,7 @@ def test_an_rl_job_killed_by_sigkill_resumes_in_the_same_mlflow_run_with_every_p
     # Run b (its determinism was checked already): its gspo seed0 job runs again from scratch
     # and is killed with -9 (snakemake and its job) once its step-2 checkpoint is written; the
     # workflow run again, to that run's MLflow records, resumes it from that checkpoint.
-    from gspo.tracking import numeric_metrics
+    from gspo.tracking.store import numeric_metrics
 
     _, b = smoke
     base = exp_dir(b)
@@ -688,7 +688,7 @@ def test_one_prompt_format_reaches_sft_rl_and_evaluation():
     assert all(vars(c.prompt) == want for c in plan.rl_cfgs.values())
     assert all(c["prompt"] == want for c in plan.eval_cfgs.values())
     cfg["eval"]["prompt"] = {"format": "raw"}          # one place only: evaluation may not differ
-    from gspo.config import ConfigError
+    from gspo.config.fields import ConfigError
 
     with pytest.raises(ConfigError, match="eval.prompt: is set by the workflow"):
         _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)

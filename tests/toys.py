@@ -5,7 +5,7 @@ import torch
 
 def memorise(base_dir, out_dir, pairs, steps=80):
     """The tiny model fine-tuned to answer each (prompt, completion) pair by heart, greedily."""
-    from gspo.models import load_model
+    from gspo.model.models import load_model
 
     model, tok = load_model(base_dir)
     seqs = [(tok(p, add_special_tokens=False).input_ids,
@@ -57,7 +57,7 @@ def nested_draws(engine, tok, records) -> tuple[list, list]:
     """The completions of (limit, samples) = (8, 2) and of (24, 8) on `records`, in other
     batches and another order: what the curve's intermediate and final evaluations do."""
     from evaluators import evaluation as ev
-    from gspo.tokens import Codec
+    from gspo.model.tokens import Codec
 
     kw = dict(temperature=1.0, top_p=1.0, max_new_tokens=16, seed=1234)
     small = ev.evaluate_records(engine, Codec(tok), records[:8], samples=2, batch_prompts=3, **kw)

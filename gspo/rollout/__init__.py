@@ -19,7 +19,7 @@ the same seeds share their sampling noise (common random numbers): their scores 
 sample by sample, which makes a GSPO - GRPO difference on the same problems less noisy.
 
 With `return_routing=True` a MoE model's completions also carry the experts its routers chose
-(`Completion.routing`; the torch engine only, see gspo.moe).
+(`Completion.routing`; the torch engine only, see gspo.model.moe).
 
 Engines: "torch" (gspo.rollout.torch_engine, batched KV-cached sampling in plain torch, any device)
 and "vllm" (gspo.rollout.vllm_engine, the vLLM engine; an optional install).

@@ -96,7 +96,7 @@ def sample_seeds(seed: int | list[int], n_prompts: int, n: int) -> list[int]:
     With a list, seeds[i] is the seed of prompt i's first sample and its j-th sample gets
     seeds[i] + j: a prompt's samples then depend neither on the call it was in nor on n (its
     first k samples are the same for any n >= k), given seeds that lie at least n apart
-    (gspo.data.prompt_seed times n, rollout.base.problem_seed)."""
+    (gspo.native.data.prompt_seed times n, rollout.base.problem_seed)."""
     base = ([int(x) for x in seed] if isinstance(seed, list)
             else [(seed * n_prompts + i) * n for i in range(n_prompts)])
     return [b + j for b in base for j in range(n)]
@@ -106,7 +106,7 @@ class TorchEngine:
     """Rollout engine over a local HF causal-LM directory (see gspo.rollout for the contract)."""
 
     def __init__(self, model_path, *, device: str = "cpu", dtype: str = "float32", model=None):
-        from gspo.models import load_model
+        from gspo.model.models import load_model
 
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
@@ -173,7 +173,7 @@ class TorchEngine:
                  top_p: float = 1.0, max_new_tokens: int = 64, seed: int | list[int] = 0,
                  stop_token_ids: list[int] | None = None, return_routing: bool = False
                  ) -> list[list[Completion]]:
-        from gspo import moe
+        from gspo.model import moe
 
         if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]

@@ -405,9 +405,9 @@ class VLLMEngine:
 
     def update_weights(self, state_dict, world=None) -> None:
         """Load new policy weights (e.g. the trainer's `state_dict()`) into the running engine.
-        `world` (gspo.distributed.World, every rank calling): one writer per node (module doc),
+        `world` (gspo.infra.distributed.World, every rank calling): one writer per node (module doc),
         whose `state_dict` alone is read; the others may pass an empty one."""
-        from gspo import distributed as dist
+        from gspo.infra import distributed as dist
 
         if world is not None and world.distributed:
             dist.node_shared_folder(world, lambda: self._write_weights(state_dict),

@@ -5,7 +5,7 @@
 writes DIR (default results/<experiment>/report/):
 
 - score_vs_compute.png, curve.csv: each benchmark's pass@1 (mean over samples per problem, mean
-  over problems) against cumulative RL training compute in FLOPs (gspo.flops: generation, old
+  over problems) against cumulative RL training compute in FLOPs (gspo.model.flops: generation, old
   log-prob pass and updates; the SFT compute every run shares is left out, so the SFT model is
   x = 0). One curve per variant (an algorithm, or an algorithm with other settings): the mean
   over seeds, with a band that is its interval over training runs and problems. Every point of a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
-from gspo.mlflow_store import ui_link
+from gspo.tracking.store import ui_link
 from pipeline._cli import Parser, add_tracking_flags, read_yaml, run, tracking_of
 
 

@@ -9,7 +9,7 @@ budgets, so the curve jumps where the evaluation changes, not where the model do
 evaluations nest (evaluators.evaluation: the first m problems of the test set, a problem's
 j-th sample seeded from the evaluation seed, its id and j alone), so the population every
 evaluation of a curve holds is the smallest one's problems and its first k samples; each point
-is its evaluations' scores there (gspo.eval_tracking's `population` and `nested`, which also
+is its evaluations' scores there (gspo.tracking.evals's `population` and `nested`, which also
 give each training run's curve in MLflow, eval/<bench>/curve_pass_at_1), and larger evaluations keep their full sets for
 the final scores and the claims (pipeline.report.stats).
 
@@ -38,7 +38,7 @@ import statistics
 
 import numpy as np
 
-from gspo.eval_tracking import nested, population
+from gspo.tracking.evals import nested, population
 from pipeline.report import resample
 
 CURVE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "compute_flops", "seeds",

@@ -106,7 +106,7 @@ def write(report: Report, out: pathlib.Path) -> dict:
 def log_to_mlflow(report: Report, out: pathlib.Path, tags: dict | None = None):
     """The folder `out` as the artifacts of a fresh run tagged stage=report plus `tags`
     (replacing the previous one)."""
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = tracking.client(report.data["tracking_uri"])
     run_id = tracking.fresh_summary_run(cl, report.data["experiment_id"], "report", tags)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from html import escape as esc
 
-from gspo.mlflow_store import ui_link
+from gspo.tracking.store import ui_link
 from pipeline.report.model import FIT_COLS, MOE_COLS, PAGE_TABLE_COLS, STABILITY_COLS
 from pipeline.report.resample import MIN_RUNS
 from pipeline.report.sidebyside import section as side_by_side

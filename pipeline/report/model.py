@@ -7,7 +7,7 @@ import dataclasses
 import pathlib
 import tempfile
 
-from gspo.fields import ConfigError
+from gspo.config.fields import ConfigError
 from pipeline.report import claims, curves, scaling, stats
 
 DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
@@ -105,7 +105,7 @@ def provenance(data: dict, workflow_yaml: str | None) -> dict:
 
 def workflow_yaml(data: dict) -> str | None:
     """The master config the aggregate run attached, if any."""
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
 
     cl = tracking.client(data["tracking_uri"])
     for run in tracking.stage_runs(cl, data["experiment_id"], "aggregate"):
@@ -161,7 +161,7 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
 def compute(experiment: str, uri: str | None = None, settings: dict | None = None,
             selection: dict | None = None) -> Report:
     """The report of `experiment`, read from the MLflow store at `uri` (pipeline.aggregate)."""
-    from gspo import tracking
+    from gspo.tracking import runs as tracking
     from pipeline.aggregate import collect, download_results
     from pipeline.report import sidebyside
 

@@ -62,7 +62,7 @@ def select_config(config: dict, base: str, algorithms: list[str], seeds: list[in
 def val_bench(config: dict, benchmarks: list[str], rl_tasks) -> str:
     """The validation benchmark: one the runs train on (its validation problems are held out
     of its RL prompts) and are scored on."""
-    from gspo.config import ConfigError
+    from gspo.config.fields import ConfigError
 
     b = settings(config)["benchmark"]
     if b not in benchmarks or not rl_tasks.get(b):

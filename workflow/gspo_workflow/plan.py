@@ -2,7 +2,7 @@
 
 The Snakefile calls `Plan(config, ...)` once after schema validation. The plan
 
-- checks what a JSON schema cannot (budget steps, each stage's typed config via gspo.config, that
+- checks what a JSON schema cannot (budget steps, each stage's typed config via gspo.config.train, that
   a model path exists, that each variant's engine honours its settings: gspo_workflow.preflight)
   and raises ConfigError naming the key, before any job runs;
 - writes each stage's resolved config under `results/<experiment>/config/` only when its content
@@ -29,11 +29,11 @@ import yaml
 
 from evaluators.evaluation import EvalConfig
 from evaluators.tasks import BENCHMARKS as TASKS
-from gspo.config import ConfigError, RLConfig, SFTConfig
-from gspo.data_config import DataGenConfig
-from gspo.fields import from_dict, to_dict
+from gspo.config.data import DataGenConfig
+from gspo.config.fields import ConfigError, from_dict, to_dict
+from gspo.config.train import RLConfig, SFTConfig
 from gspo.io import atomic_write_text
-from gspo.models import PRESETS
+from gspo.model.models import PRESETS
 
 from . import fair, invocation, launch, preflight
 
@@ -112,7 +112,7 @@ class Plan:
         self.data_tasks = sorted(set(self.benchmarks) | set(self.train_tasks) | set(self.rl_tasks),
                                  key=TASKS.index)
         self._check_lists()
-        # one prompt format for SFT, RL and evaluation (gspo.tokens)
+        # one prompt format for SFT, RL and evaluation (gspo.model.tokens)
         self.prompt = dict(config.get("prompt") or {})
         self.data_cfg = self._data_config()
         self.sft_cfg = self._sft_config()

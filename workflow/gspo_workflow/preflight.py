@@ -3,7 +3,7 @@ tells the user the run will spend.
 
 - Engines (`engine_check`, `sft_engine_check`, called by the Plan for every RL variant and the
   SFT stage): a variant's settings are ones its engine honours, by the engine's own validation
-  (gspo.trl_engine.check, gspo.verl_engine.check, gspo.trl_sft.check), so a refusal stops the
+  (gspo.engines.trl.rl.check, gspo.engines.verl.job.check, gspo.engines.trl.sft.check), so a refusal stops the
   plan with one line naming the key, not a GPU job hours later.
 - `report(plan, executor)`, once per Snakemake invocation (its main process):
   - the sandbox (evaluators.execution.sandbox) works here when the config evaluates or
@@ -12,7 +12,7 @@ tells the user the run will spend.
     other machines) warns;
   - the MLflow store suits the executor: SQLite with a cluster executor warns, naming the
     tracking server command (docs/MLFLOW.md);
-  - the compute: GPU-hours by stage on GPUs, CPU job-minutes on a CPU (gspo.compute_plan).
+  - the compute: GPU-hours by stage on GPUs, CPU job-minutes on a CPU (gspo.infra.compute_plan).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import pathlib
 import sys
 
 from evaluators.tasks import SANDBOXED
-from gspo import compute_plan as cp
-from gspo.config import ConfigError
-from gspo.memory_plan import PRESETS, Shape
+from gspo.config.fields import ConfigError
+from gspo.infra import compute_plan as cp
+from gspo.infra.memory_plan import PRESETS, Shape
 
 LOCAL_EXECUTORS = ("local", "dryrun", "touch")
 ASSUMED_TEST_PROBLEMS = 300     # a real test set without a limit whose files are not here
@@ -36,11 +36,11 @@ def engine_check(cfg, key: str) -> None:
     """The RL config `cfg` (the plan's `key`) checked by its engine's own validation."""
     try:
         if cfg.engine == "verl":
-            from gspo import verl_engine
+            from gspo.engines.verl import job as verl_engine
 
             verl_engine.check(cfg)
         elif cfg.engine == "trl":
-            from gspo import trl_engine
+            from gspo.engines.trl import rl as trl_engine
 
             trl_engine.check(cfg)
     except ConfigError as e:
@@ -49,7 +49,7 @@ def engine_check(cfg, key: str) -> None:
 
 def sft_engine_check(cfg) -> None:
     if cfg.engine == "trl":
-        from gspo import trl_sft
+        from gspo.engines.trl import sft as trl_sft
 
         try:
             trl_sft.check(cfg)
@@ -105,7 +105,7 @@ def report(plan, executor: str = "local", out=sys.stderr, runs_jobs: bool | None
 # -- the compute --------------------------------------------------------------------------------
 
 def shape_of(model: str) -> Shape | None:
-    """A model's shapes: its directory's config.json, else a gspo.memory_plan preset its name
+    """A model's shapes: its directory's config.json, else a gspo.infra.memory_plan preset its name
     contains (/models/Qwen3-1.7B-Base: Qwen3-1.7B); None when neither."""
     p = pathlib.Path(model) / "config.json"
     if p.is_file():
@@ -226,4 +226,4 @@ def compute_lines(plan, gpu: cp.GPU | None = None) -> list[str]:
         notes.append(f"{', '.join(assumed)}: {ASSUMED_TEST_PROBLEMS} test problems assumed (no "
                      "limit, files not here)")
     notes.append("CPU rates measured on the default run, 2-core AMD EPYC")
-    return [head, f"plan: ({'; '.join(notes)}; gspo.compute_plan)"]
+    return [head, f"plan: ({'; '.join(notes)}; gspo.infra.compute_plan)"]

@@ -1,4 +1,4 @@
-# engine: verl (gspo.verl_engine): a variant whose RL config says engine: verl is trained by
+# engine: verl (gspo.engines.verl.job): a variant whose RL config says engine: verl is trained by
 # verl's own trainer, in verl's own environment, in three jobs:
 #
 #   verl_prepare  (the project's environment) python -m pipeline.verl: the run's prompts as

@@ -21,7 +21,7 @@ its srun step (`apptainer exec --nv`, the repository, the job and the model boun
 they run in this environment (workflow/envs/verl.yaml under --software-deployment-method conda).
 
 Every attempt logs into a file of its own, JOB_DIR/metrics.<k>.jsonl (verl's file logger
-truncates its file when a run resumes; gspo.verl_collect.verl_metrics merges them), and the
+truncates its file when a run resumes; gspo.engines.verl.collect.verl_metrics merges them), and the
 repository root goes first on PYTHONPATH so Ray's workers import the reward function's
 evaluators. JOB_DIR/done.json is written once the trainer has exited cleanly.
 

@@ -1,0 +1,2 @@
+"""Tracking: a stage's MLflow run and its metrics file (runs), the MLflow store (store), the
+recording of evaluations (evals)."""
