@@ -41,7 +41,7 @@ def child(tokens: int, chunk: int, ckpt: bool, hidden: int) -> dict:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from gspo.core.objectives import policy_loss
-    from gspo.native.data import sequence_logprobs
+    from gspo.model.logprobs import sequence_logprobs
 
     torch.manual_seed(0)
     torch.set_num_threads(2)

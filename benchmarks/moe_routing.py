@@ -20,8 +20,9 @@ import torch
 
 from evaluators.benchmarks import aime
 from gspo.model import moe
+from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import build_tiny, load_model
-from gspo.native.data import pad_batch, sequence_logprobs
+from gspo.native.data import pad_batch
 from gspo.rollout import make_engine
 
 # a sibling script: running `python benchmarks/X.py` puts benchmarks/ first on sys.path

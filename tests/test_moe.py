@@ -10,9 +10,10 @@ from gspo.config.train import DataSource, RLConfig
 from gspo.infra.checkpoint import list_checkpoints
 from gspo.io import write_jsonl
 from gspo.model import moe
+from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import load_model
 from gspo.native import trainer as trainer_mod
-from gspo.native.data import pad_batch, sequence_logprobs
+from gspo.native.data import pad_batch
 from gspo.tracking.runs import read_metrics
 
 TIMING = {"wall_s", "time_rollout_s", "time_old_logprob_s", "time_update_s", "time_moe_s"}

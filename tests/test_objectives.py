@@ -5,13 +5,8 @@ import math
 import pytest
 import torch
 
-from gspo.core.objectives import (
-    DEFAULT_EPS,
-    group_advantages,
-    policy_loss,
-    token_logprobs,
-    zero_variance_fraction,
-)
+from gspo.core.objectives import DEFAULT_EPS, group_advantages, policy_loss, zero_variance_fraction
+from gspo.model.logprobs import token_logprobs
 
 GRPO = dict(objective="grpo", eps_low=0.2, eps_high=0.27)
 GSPO = dict(objective="gspo", eps_low=3e-4, eps_high=4e-4)
@@ -208,7 +203,7 @@ def test_unknown_objective_or_aggregation_is_rejected_by_name():
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 64])
 def test_chunked_logprobs_and_entropy_equal_the_plain_computation_and_so_do_their_gradients(chunk):
-    from gspo.core.objectives import chunked_token_logprobs
+    from gspo.model.logprobs import chunked_token_logprobs
 
     g = torch.Generator().manual_seed(0)
     B, T, H, V = 3, 7, 8, 50
@@ -234,8 +229,9 @@ def test_chunked_logprobs_and_entropy_equal_the_plain_computation_and_so_do_thei
 
 
 def test_sequence_logprobs_in_chunks_match_the_model_s_own_logits(tiny_model_dir):
+    from gspo.model.logprobs import sequence_logprobs
     from gspo.model.models import load_model
-    from gspo.native.data import pad_batch, sequence_logprobs
+    from gspo.native.data import pad_batch
 
     model, tok = load_model(tiny_model_dir)
     batch = pad_batch([tok("12+3=").input_ids, tok("7*8=").input_ids],

@@ -4,8 +4,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import load_model
-from gspo.native.data import pad_batch, sequence_logprobs
+from gspo.native.data import pad_batch
 from gspo.rollout import make_engine
 from gspo.rollout.torch_engine import sample_next, sample_seeds
 

@@ -286,9 +286,9 @@ def test_token_budget_micro_batches_pack_longest_first_within_the_budget():
 
 
 def test_a_right_padded_batch_needs_no_padding_mask_bit_for_bit(sft_model):
-    from gspo.core.objectives import token_logprobs
+    from gspo.model.logprobs import causal_only, sequence_logprobs, token_logprobs
     from gspo.model.models import load_model
-    from gspo.native.data import causal_only, pad_batch, sequence_logprobs
+    from gspo.native.data import pad_batch
 
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(10, 60, (n,), generator=g).tolist() for n in (4, 9, 6, 12)]

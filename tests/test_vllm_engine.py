@@ -14,8 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import load_model
-from gspo.native.data import pad_batch, sequence_logprobs
+from gspo.native.data import pad_batch
 from gspo.rollout import make_engine
 from gspo.rollout.vllm_engine import VLLMEngine, _vllm_device_type, checkpoint_state_dict
 

@@ -107,7 +107,7 @@ class PromptConfig:
 
 LOGPROB_CHUNK_HELP = (
     "positions per chunk when computing log-probs and entropy from the final hidden states "
-    "(gspo.core.objectives.chunked_token_logprobs): only one chunk's full-vocabulary logits are alive "
+    "(gspo.model.logprobs.chunked_token_logprobs): only one chunk's full-vocabulary logits are alive "
     "at a time, forward and backward. 0: the whole (B, T, V) logits at once (fine for the tiny "
     "presets; at a 152K vocabulary use ~1024)")
 

@@ -186,7 +186,7 @@ def shard(model, world: World, precision: str = "float32"):
     # root's parameters (embeddings, final norm, head) and hooks their gradient reduction.
     from torch.distributed.fsdp import register_fsdp_forward_method
 
-    from gspo.native.data import head_logprobs
+    from gspo.model.logprobs import head_logprobs
 
     model.head_logprobs = types.MethodType(head_logprobs, model)
     register_fsdp_forward_method(model, "head_logprobs")

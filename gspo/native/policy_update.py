@@ -22,8 +22,9 @@ from gspo.core import objectives
 from gspo.errors import TrainingError
 from gspo.infra import distributed as dist
 from gspo.model import moe
+from gspo.model.logprobs import sequence_logprobs
 from gspo.native import step_metrics
-from gspo.native.data import micro_batches, pad_to, sequence_logprobs, step_seed, trim_padding
+from gspo.native.data import micro_batches, pad_to, step_seed, trim_padding
 
 
 @dataclasses.dataclass(frozen=True)

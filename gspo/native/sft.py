@@ -26,8 +26,9 @@ from gspo.infra.checkpoint import publish_model, run_info, save_checkpoint, writ
 from gspo.io import read_jsonl, write_json
 from gspo.model import tokens
 from gspo.model.flops import FlopCounter
+from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import PRESETS, build_tiny, enable_activation_checkpointing
-from gspo.native.data import Mix, micro_batches, pad_batch, sequence_logprobs, trim_padding
+from gspo.native.data import Mix, micro_batches, pad_batch, trim_padding
 from gspo.tracking.runs import MetricsLog, Tracking, stage_run, supersede
 
 Scorer = Callable[[dict, str], float]     # (record, completion) -> score in [0, 1]

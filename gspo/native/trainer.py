@@ -30,16 +30,10 @@ from gspo.infra.checkpoint import STATE, latest_checkpoint, publish_model, run_i
 from gspo.io import write_json
 from gspo.model import moe, tokens
 from gspo.model.flops import FlopCounter
+from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import enable_activation_checkpointing
 from gspo.native import policy_update, shaping, step_metrics
-from gspo.native.data import (
-    Mix,
-    micro_batched,
-    micro_batches,
-    pad_batch,
-    prompt_seed,
-    sequence_logprobs,
-)
+from gspo.native.data import Mix, micro_batched, micro_batches, pad_batch, prompt_seed
 from gspo.rollout import make_engine
 from gspo.tracking import samples
 from gspo.tracking.runs import MetricsLog, Tracking, stage_run, supersede
