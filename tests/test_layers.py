@@ -3,12 +3,15 @@
 Arrows: gspo -> nothing of ours; evaluators -> gspo; pipeline -> gspo, evaluators;
 workflow -> pipeline, evaluators, gspo. Imports inside functions, `importlib.import_module`
 and `__import__` calls count; a dynamic import whose target is not a literal fails outright.
+Inside gspo/, its packages stand on floors (GSPO_FLOORS): each imports only the floors below it.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import pathlib
+import tokenize
 
 import pytest
 
@@ -20,6 +23,10 @@ LAYER_OF = {"gspo": "gspo", "evaluators": "evaluators", "pipeline": "pipeline",
 ALLOWED = {"gspo": {"gspo"}, "evaluators": {"gspo", "evaluators"},
            "pipeline": {"gspo", "evaluators", "pipeline"},
            "workflow": {"gspo", "evaluators", "pipeline", "workflow"}}
+# Counted as the lines a reader steps through: a line that only continues a bracketed expression
+# (an argument list, a literal laid over several lines) is not counted, so the formatter's layout
+# (ruff format puts each argument of a long call on its own line) moves no module or function
+# over a limit, and a limit holds the same amount of code however it is laid out.
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
@@ -144,18 +151,56 @@ def test_the_import_rules_name_what_a_module_reaches():
         "evaluators.benchmarks.aime.answers", "evaluators.tasks"}
 
 
-def sizes(path: pathlib.Path) -> list[str]:
+def continuation_lines(text: str) -> set[int]:
+    """The line numbers inside a bracketed expression begun on an earlier line (its closing
+    bracket's line included): what a layout adds, not what a reader reads."""
+    out, depth, start = set(), 0, 0
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.OP and tok.string in "([{":
+            start = tok.start[0] if depth == 0 else start
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+            if depth == 0:
+                out.update(range(start + 1, tok.end[0] + 1))
+    return out
+
+
+def sizes(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
     text = path.read_text()
-    rel = path.relative_to(ROOT)
+    rel = path.relative_to(root)
+    cont = continuation_lines(text)
     out = []
-    if len(text.splitlines()) > MAX_MODULE_LINES:
-        out.append(f"{rel}: {len(text.splitlines())} lines")
+    n = len(text.splitlines()) - len(cont)
+    if n > MAX_MODULE_LINES:
+        out.append(f"{rel}: {n} lines")
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            n = node.end_lineno - node.lineno + 1
+            n = node.end_lineno - node.lineno + 1 - len(
+                [line for line in cont if node.lineno <= line <= node.end_lineno])
             if n > MAX_FUNCTION_LINES:
                 out.append(f"{rel}:{node.lineno}: {node.name} has {n} lines")
     return out
+
+
+def test_the_size_count_is_the_same_whatever_the_layout(tmp_path):
+    """One function laid out by hand and as the formatter lays it out counts the same lines;
+    a statement on lines of its own counts each of them."""
+    hand = ("def f(a, b):\n"
+            "    return g(a, b,\n"
+            "             c=1)\n")
+    formatted = ("def f(a, b):\n"
+                 "    return g(\n"
+                 "        a,\n"
+                 "        b,\n"
+                 "        c=1,\n"
+                 "    )\n")
+    assert continuation_lines(hand) == {3} and continuation_lines(formatted) == {3, 4, 5, 6}
+    long = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES + 1)
+    (tmp_path / "m.py").write_text(long)
+    assert sizes(tmp_path / "m.py", tmp_path) == [f"m.py:1: f has {MAX_FUNCTION_LINES + 2} lines"]
+    (tmp_path / "m.py").write_text("def f():\n    return g(\n" + "        1,\n" * 100 + "    )\n")
+    assert sizes(tmp_path / "m.py", tmp_path) == []
 
 
 def test_no_module_is_over_450_lines_and_no_function_over_60():
@@ -175,6 +220,107 @@ def test_the_benchmark_names_are_listed_once():
                                                      "workflow", "benchmarks")
             if spelled.replace("'", '"') in p.read_text() or spelled in p.read_text()]
     assert hits == [], hits
+
+
+# gspo/ by concept (issue 46), bottom floor first: a package imports its own modules and the
+# packages on lower floors, never one beside or above it (names relative to gspo). The algorithm's
+# core imports nothing of ours, so no engine adapter and no tracking either; the model knows no
+# trainer; the native trainer no engine adapter; TRL's adapter not verl's, nor verl's TRL's.
+GSPO_FLOORS = [
+    ("io", "errors", "core"),          # atomic files and JSONL, the trainer's error; objectives
+    ("config",),                        # typed configs (the objectives' names and defaults)
+    ("model",),                         # presets, tokens, MoE routing, log-probs, FLOPs
+    ("infra",),                         # ranks and sharding, checkpoints, memory planning
+    ("rollout", "tracking"),            # sampling engines; MLflow runs and metric records
+    ("native",),                        # the native trainer: RL loop, update, SFT, batches
+    ("engines.trl", "engines.verl"),    # the other trainers' adapters
+]
+FLOOR_OF = {unit: i for i, units in enumerate(GSPO_FLOORS) for unit in units}
+
+
+def gspo_unit(module: str) -> str | None:
+    """The GSPO_FLOORS unit a dotted gspo module belongs to (None: gspo or a package's bare
+    __init__ above its units, such as gspo.engines)."""
+    rest = module.removeprefix("gspo.") if module.startswith("gspo.") else None
+    if rest is None:
+        return None
+    return next((u for u in sorted(FLOOR_OF, key=len, reverse=True)
+                 if rest == u or rest.startswith(u + ".")), None)
+
+
+def gspo_imports(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
+    """(line, gspo module) of every import of a gspo module in `source`, wherever it sits:
+    `from gspo.x import y` names gspo.x.y where that is a module, else gspo.x."""
+    out = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module and (
+                node.module == "gspo" or node.module.startswith("gspo.")):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                path = ROOT / sub.replace(".", "/")
+                out.append((node.lineno, sub if path.with_suffix(".py").is_file()
+                            or path.is_dir() else node.module))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("gspo.")]
+    return out
+
+
+def floor_violations(module: str, source: str, filename: str) -> list[str]:
+    unit = gspo_unit(module)
+    bad = []
+    for line, target in gspo_imports(source, filename):
+        to = gspo_unit(target)
+        if to is not None and to != unit and (unit is None or FLOOR_OF[to] >= FLOOR_OF[unit]):
+            where = unit.replace(".", "/") + "/" if unit else "gspo/"
+            bad.append(f"{filename}:{line}: {where} imports {target} ({to.replace('.', '/')}/, "
+                       f"floor {FLOOR_OF[to]} >= {FLOOR_OF.get(unit)})")
+    return bad
+
+
+def gspo_modules() -> dict[str, pathlib.Path]:
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in modules("gspo")}
+
+
+def test_every_gspo_module_stands_on_a_floor():
+    """A module outside the floors' packages would escape their rules: only gspo's and
+    gspo.engines' bare __init__ (docstrings) stand above them, importing nothing."""
+    loose = {name for name in gspo_modules() if gspo_unit(name) is None}
+    assert loose == {"gspo", "gspo.engines"}
+    for name in loose:
+        assert gspo_imports(gspo_modules()[name].read_text()) == [], name
+
+
+def test_each_gspo_package_imports_only_the_floors_below_it():
+    bad = [msg for name, path in gspo_modules().items()
+           for msg in floor_violations(name, path.read_text(), str(path.relative_to(ROOT)))]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_algorithms_core_imports_no_engine_adapter_and_no_tracking():
+    """The rule the floors hold, said for the issue that asked for it (46): gspo.core imports
+    nothing of ours; the native trainer no engine adapter."""
+    for name, path in gspo_modules().items():
+        targets = {gspo_unit(t) for _, t in gspo_imports(path.read_text())}
+        if gspo_unit(name) == "core":
+            assert targets <= {"core"}, (name, targets)
+        if gspo_unit(name) == "native":
+            assert not targets & {"engines.trl", "engines.verl"}, (name, targets)
+
+
+def test_the_floor_check_sees_an_arrow_up_or_sideways():
+    src = ("from gspo.native import trainer\n"
+           "def f():\n    from gspo.tracking.runs import MetricsLog\n"
+           "    import gspo.engines.verl.job\n    from gspo.config.train import RLConfig\n")
+    assert floor_violations("gspo.core.objectives", src, "x.py") == [
+        "x.py:1: core/ imports gspo.native.trainer (native/, floor 5 >= 0)",
+        "x.py:3: core/ imports gspo.tracking.runs (tracking/, floor 4 >= 0)",
+        "x.py:4: core/ imports gspo.engines.verl.job (engines/verl/, floor 6 >= 0)",
+        "x.py:5: core/ imports gspo.config.train (config/, floor 1 >= 0)"]
+    assert floor_violations("gspo.engines.trl.rl", src, "x.py") == [
+        "x.py:4: engines/trl/ imports gspo.engines.verl.job (engines/verl/, floor 6 >= 6)"]
+    assert floor_violations("gspo.rollout.base", "from gspo.tracking import runs\n", "x.py") == [
+        "x.py:1: rollout/ imports gspo.tracking.runs (tracking/, floor 4 >= 4)"]
 
 
 def module_graph(package: str) -> dict[str, set[str]]:
