@@ -44,9 +44,9 @@ from evaluators.benchmarks.livecodebench.generator import (  # noqa: F401 - the 
     generate,
     make_problem,
     release_date,
-    split_of,
 )
 from evaluators.benchmarks.sources import looks_offline, read_rows
+from evaluators.benchmarks.splits import split_of  # noqa: F401 - re-exported as this module's own
 from gspo.io import DataError
 
 DEFAULT_TIMEOUT_S = 6.0      # LiveCodeBench's per-test timeout
