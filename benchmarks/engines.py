@@ -29,21 +29,34 @@ from gspo.model.models import build_tiny
 from gspo.native.trainer import Trainer
 from gspo.tracking.runs import read_metrics
 
-PHASES = {"native": ("time_rollout_s", "time_old_logprob_s", "time_update_s"),
-          "trl": ("time_rollout_s", "time_update_s")}
+PHASES = {
+    "native": ("time_rollout_s", "time_old_logprob_s", "time_update_s"),
+    "trl": ("time_rollout_s", "time_update_s"),
+}
 
 
-def run(engine: str, model: str, data: pathlib.Path, out: pathlib.Path, steps: int,
-        threads: int) -> list[dict]:
-    cfg = RLConfig(engine=engine, algorithm="gspo", model=model, out_dir=str(out),
-                   train_data=[DataSource(path=str(data))], steps=steps, prompts_per_step=16,
-                   group_size=8, minibatches=4, max_new_tokens=64, ckpt_every=steps,
-                   threads=threads)
+def run(
+    engine: str, model: str, data: pathlib.Path, out: pathlib.Path, steps: int, threads: int
+) -> list[dict]:
+    cfg = RLConfig(
+        engine=engine,
+        algorithm="gspo",
+        model=model,
+        out_dir=str(out),
+        train_data=[DataSource(path=str(data))],
+        steps=steps,
+        prompts_per_step=16,
+        group_size=8,
+        minibatches=4,
+        max_new_tokens=64,
+        ckpt_every=steps,
+        threads=threads,
+    )
     if engine == "trl":
         trl_engine.train(cfg, rewards)
     else:
         Trainer(cfg, rewards).train()
-    return read_metrics(out / "metrics.jsonl")[1:]          # the first step warms up
+    return read_metrics(out / "metrics.jsonl")[1:]  # the first step warms up
 
 
 def main():
@@ -61,15 +74,18 @@ def main():
         recs: dict[str, list[dict]] = {"native": [], "trl": []}
         for r in range(args.rounds):
             for engine in ("native", "trl"):
-                recs[engine] += run(engine, model, data, tmp / f"{engine}{r}", args.steps,
-                                    args.threads)
+                recs[engine] += run(
+                    engine, model, data, tmp / f"{engine}{r}", args.steps, args.threads
+                )
     step = {}
     for engine, rows in recs.items():
         parts = {k: statistics.median(x[k] for x in rows) for k in PHASES[engine]}
         step[engine] = statistics.median(sum(x[k] for k in PHASES[engine]) for x in rows)
         split = ", ".join(f"{k[5:-2]} {v:.3f}" for k, v in parts.items())
-        print(f"{engine:>6}: {step[engine]:.3f} s/step (median of {len(rows)}; {split}); "
-              f"response length {statistics.mean(x['response_length'] for x in rows):.1f}")
+        print(
+            f"{engine:>6}: {step[engine]:.3f} s/step (median of {len(rows)}; {split}); "
+            f"response length {statistics.mean(x['response_length'] for x in rows):.1f}"
+        )
     print(f"TRL / native: {step['trl'] / step['native']:.2f}x")
 
 

@@ -38,8 +38,13 @@ def differences(a: dict, b: dict) -> list[str]:
     out = sorted(set(a) ^ set(b))
     for k in sorted(set(a) & set(b)):
         x, y = a[k], b[k]
-        if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(
-                x.view(torch.uint8) if x.dim() else x, y.view(torch.uint8) if y.dim() else y):
+        if (
+            x.shape != y.shape
+            or x.dtype != y.dtype
+            or not torch.equal(
+                x.view(torch.uint8) if x.dim() else x, y.view(torch.uint8) if y.dim() else y
+            )
+        ):
             out.append(k)
     return out
 
@@ -61,18 +66,20 @@ class MorePhases:
         out = self.work / "rl"
         cfg = dataclasses.replace(self.rl_cfg, resume=True, steps=self.args.rl_steps + 1)
         t0 = time.perf_counter()
-        trainer = Trainer(cfg, functools.partial(rewards, workers=cfg.reward_workers),
-                          self.world)
+        trainer = Trainer(cfg, functools.partial(rewards, workers=cfg.reward_workers), self.world)
         load_s = time.perf_counter() - t0
         try:
             if trainer.start_step != self.args.rl_steps:
-                raise RuntimeError(f"resumed at step {trainer.start_step}, saved at "
-                                   f"{self.args.rl_steps}")
+                raise RuntimeError(
+                    f"resumed at step {trainer.start_step}, saved at {self.args.rl_steps}"
+                )
             n = len(self.saved_state)
             diff = differences(self.saved_state, training_state(trainer))
             if diff:
-                raise RuntimeError(f"{len(diff)} of {len(self.saved_state)} tensors differ "
-                                   f"after the resume, first {diff[0]}")
+                raise RuntimeError(
+                    f"{len(diff)} of {len(self.saved_state)} tensors differ "
+                    f"after the resume, first {diff[0]}"
+                )
             # the loaded checkpoint is in memory now: its ~28 GB at 1.7B (AdamW's state) would
             # sit beside the next one on the GPU machine's 64 GiB disk
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
@@ -88,9 +95,12 @@ class MorePhases:
             raise RuntimeError(f"steps logged after the resume: {[r['step'] for r in rows]}")
         if not self.args.keep:
             shutil.rmtree(out / "checkpoints", ignore_errors=True)
-        return {"tensors_equal": n, "load_s": round(load_s, 2),
-                "resumed_step_s": round(step_s, 2),
-                "reward_mean": round(rows[-1]["reward_mean"], 4)}
+        return {
+            "tensors_equal": n,
+            "load_s": round(load_s, 2),
+            "resumed_step_s": round(step_s, 2),
+            "reward_mean": round(rows[-1]["reward_mean"], 4),
+        }
 
     # -- rl on TRL -----------------------------------------------------------------------------
     def rl_trl(self) -> dict:
@@ -104,8 +114,9 @@ class MorePhases:
         out = self.work / "rl_trl"
         cfg = dataclasses.replace(self.rl_config(out), engine="trl", logprob_chunk=0)
         try:
-            trl_engine.train(cfg, functools.partial(rewards, workers=cfg.reward_workers),
-                             self.world)
+            trl_engine.train(
+                cfg, functools.partial(rewards, workers=cfg.reward_workers), self.world
+            )
             return self.step_means(read_metrics(out / "metrics.jsonl"))[0]
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -119,15 +130,22 @@ class MorePhases:
         a = self.args
         vllm = a.engine == "vllm"
         model = self.latest_model()
-        cfg = EvalConfig(benchmark="aime", data=str(self.data("test")), engine=a.engine,
-                         device=self.device,
-                         dtype=a.precision,
-                         gpu_memory_utilization=a.gpu_memory_utilization if vllm else 0.0,
-                         max_model_len=a.max_model_len if vllm else 0, samples=a.eval_samples,
-                         max_new_tokens=a.max_new_tokens, limit=a.eval_problems,
-                         bootstrap_iters=200, keep_completions=False)
+        cfg = EvalConfig(
+            benchmark="aime",
+            data=str(self.data("test")),
+            engine=a.engine,
+            device=self.device,
+            dtype=a.precision,
+            gpu_memory_utilization=a.gpu_memory_utilization if vllm else 0.0,
+            max_model_len=a.max_model_len if vllm else 0,
+            samples=a.eval_samples,
+            max_new_tokens=a.max_new_tokens,
+            limit=a.eval_problems,
+            bootstrap_iters=200,
+            keep_completions=False,
+        )
         starts = []
-        make = evaluation.make_engine    # its start is left out of tokens/s and MFU
+        make = evaluation.make_engine  # its start is left out of tokens/s and MFU
         evaluation.make_engine = timed(make, starts)
         try:
             summary = evaluation.evaluate(str(model), [cfg], self.work / "eval")["aime"]
@@ -141,10 +159,15 @@ class MorePhases:
         tokens = sum(n for r in results for n in r["n_tokens"])
         start_s = sum(starts)
         gen_s = summary["seconds"] - start_s
-        rec = {"problems": s["n_problems"], "samples": s["n_samples"],
-               "avg@n": round(s["avg@n"], 4), "engine_start_s": round(start_s, 2),
-               "generate_score_s": round(gen_s, 2), "tokens": tokens,
-               "tokens_per_s": round(tokens / gen_s, 1) if gen_s > 0 else None}
+        rec = {
+            "problems": s["n_problems"],
+            "samples": s["n_samples"],
+            "avg@n": round(s["avg@n"], 4),
+            "engine_start_s": round(start_s, 2),
+            "generate_score_s": round(gen_s, 2),
+            "tokens": tokens,
+            "tokens_per_s": round(tokens / gen_s, 1) if gen_s > 0 else None,
+        }
         flops = eval_flops(model, self.data("test"), results)
         if gen_s > 0 and flops:
             rec["mfu"] = round(flops / (gen_s * self.args.peak_flops), 5)

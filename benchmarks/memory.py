@@ -45,21 +45,30 @@ def child(tokens: int, chunk: int, ckpt: bool, hidden: int) -> dict:
 
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                      head_dim=hidden // 2, max_position_embeddings=tokens + 1,
-                      tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=hidden // 2,
+        max_position_embeddings=tokens + 1,
+        tie_word_embeddings=False,
+    )
     model = Qwen3ForCausalLM(cfg).float().train()
     if ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
     def update(n: int) -> float:
         ids = torch.randint(0, VOCAB, (1, n + 1))
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         mask = torch.ones(1, n)
         t0 = time.perf_counter()
         logp, ent = sequence_logprobs(model, batch, with_entropy=True, chunk=chunk)
-        loss, _ = policy_loss(logp, logp.detach(), torch.ones(1), mask, objective="gspo",
-                              eps_low=3e-4, eps_high=4e-4)
+        loss, _ = policy_loss(
+            logp, logp.detach(), torch.ones(1), mask, objective="gspo", eps_low=3e-4, eps_high=4e-4
+        )
         (loss - 1e-3 * (ent * mask).mean()).backward()
         return time.perf_counter() - t0
 
@@ -99,10 +108,14 @@ def main():
         t, c, k, h = map(int, args.child.split(","))
         print(json.dumps(child(t, c, bool(k), h)))
         return
-    print(f"== one GSPO update, Qwen3-shaped model (vocab {VOCAB}, hidden {args.hidden}, 2 layers), "
-          f"1 sequence; peak RSS increase in MB ==")
-    print(f"{'tokens':>7} {'plain':>10} {'chunked':>10} {'ratio':>8} {'chunked+AC':>11} "
-          f"{'plain+AC':>10}   seconds plain / chunked")
+    print(
+        f"== one GSPO update, Qwen3-shaped model (vocab {VOCAB}, hidden {args.hidden}, 2 layers), "
+        f"1 sequence; peak RSS increase in MB =="
+    )
+    print(
+        f"{'tokens':>7} {'plain':>10} {'chunked':>10} {'ratio':>8} {'chunked+AC':>11} "
+        f"{'plain+AC':>10}   seconds plain / chunked"
+    )
     for T in map(int, args.tokens.split(",")):
         logits_mb = T * VOCAB * 4 / 2**20
         runnable = 5 * logits_mb < free_mb()
@@ -113,7 +126,7 @@ def main():
         plain_ac = measure(T, 0, True, args.hidden) if runnable else None
         if plain and chunked:
             ratio = f"{plain['peak_mb'] / chunked['peak_mb']:.1f}x"
-        elif chunked:    # plain not run: its logits alone bound its peak from below
+        elif chunked:  # plain not run: its logits alone bound its peak from below
             ratio = f">={bound / chunked['peak_mb']:.1f}x"
         else:
             ratio = "-"
@@ -123,8 +136,10 @@ def main():
 
         secs = f"{plain['seconds']:.1f}" if plain else "-"
         secs += f" / {chunked['seconds']:.1f}" if chunked else " / -"
-        print(f"{T:>7} {mb(plain, bound):>10} {mb(chunked):>10} {ratio:>8} "
-              f"{mb(chunked_ac):>11} {mb(plain_ac, bound):>10}   {secs}")
+        print(
+            f"{T:>7} {mb(plain, bound):>10} {mb(chunked):>10} {ratio:>8} "
+            f"{mb(chunked_ac):>11} {mb(plain_ac, bound):>10}   {secs}"
+        )
 
 
 if __name__ == "__main__":

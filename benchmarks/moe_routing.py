@@ -57,14 +57,21 @@ def main():
     for rep in range(args.repeats + 1):
         timings = {}
         for name, ask in (("plain", False), ("recording routing", True)):
-            groups, dt = timed(engine.generate, prompts, n=args.n, max_new_tokens=args.new,
-                               seed=rep, return_routing=ask)
+            groups, dt = timed(
+                engine.generate,
+                prompts,
+                n=args.n,
+                max_new_tokens=args.new,
+                seed=rep,
+                return_routing=ask,
+            )
             timings[name] = (sum(len(c.token_ids) for g in groups for c in g), dt)
         flat_p = [p for p, g in zip(prompts, groups) for _ in g]
         comps = [c for g in groups for c in g]
         batch = pad_batch(flat_p, [c.token_ids for c in comps], tok.pad_token_id)
-        routing = moe.engine_routing(flat_p, comps, batch["input_ids"].shape[1],
-                                     moe.routers(model)[0][2].num_experts)
+        routing = moe.engine_routing(
+            flat_p, comps, batch["input_ids"].shape[1], moe.routers(model)[0][2].num_experts
+        )
         cache_bytes = routing.nbytes
         with torch.no_grad():
             _, t_plain = timed(sequence_logprobs, model, batch)
@@ -79,8 +86,10 @@ def main():
             fwd["recording"].append(t_rec)
             fwd["replaying"].append(t_rep)
 
-    print(f"\n== MoE routing bookkeeping: {args.prompts} prompts x {args.n} samples, <= {args.new} "
-          f"new tokens, {args.threads} threads, model {path.name} ==")
+    print(
+        f"\n== MoE routing bookkeeping: {args.prompts} prompts x {args.n} samples, <= {args.new} "
+        f"new tokens, {args.threads} threads, model {path.name} =="
+    )
     base = statistics.median(gen["plain"])
     for name, r in gen.items():
         med = statistics.median(r)
@@ -89,9 +98,11 @@ def main():
     for name, r in fwd.items():
         med = statistics.median(r)
         print(f"trainer forward, {name:14s} {1e3 * med:10.1f} ms   x{med / base:.2f} vs plain")
-    print(f"routing of one rollout batch: {cache_bytes / 1024:.1f} KiB "
-          f"({routing.shape[0]} sequences x {routing.shape[1]} positions x top-{routing.shape[2]} "
-          f"x {len(routing.layers)} layers, {routing.layers[next(iter(routing.layers))].dtype})")
+    print(
+        f"routing of one rollout batch: {cache_bytes / 1024:.1f} KiB "
+        f"({routing.shape[0]} sequences x {routing.shape[1]} positions x top-{routing.shape[2]} "
+        f"x {len(routing.layers)} layers, {routing.layers[next(iter(routing.layers))].dtype})"
+    )
 
 
 if __name__ == "__main__":

@@ -25,11 +25,26 @@ PHASES = ("time_rollout_s", "time_old_logprob_s", "time_update_s")
 
 
 def run(nproc: int, cfg: pathlib.Path, out: pathlib.Path) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", "pipeline.train", "--config", str(cfg),
-           "--set", f"out_dir={out}"]
-    subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "pipeline.train",
+        "--config",
+        str(cfg),
+        "--set",
+        f"out_dir={out}",
+    ]
+    subprocess.run(
+        cmd,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -51,13 +66,17 @@ def main():
     data = work / "prompts.jsonl"
     write_jsonl(aime.generate(200, split="train", seed=0, difficulty="easy"), data)
     cfg = work / "rl.yaml"
-    cfg.write_text(f"algorithm: gspo\nmodel: {model}\ntrain_data: [{{path: {data}, weight: 1}}]\n"
-                   f"steps: {args.steps}\nprompts_per_step: {args.prompts}\n"
-                   f"group_size: {args.group}\nminibatches: 4\nmax_new_tokens: {args.new}\n"
-                   f"ckpt_every: {args.steps}\nthreads: 1\n")
+    cfg.write_text(
+        f"algorithm: gspo\nmodel: {model}\ntrain_data: [{{path: {data}, weight: 1}}]\n"
+        f"steps: {args.steps}\nprompts_per_step: {args.prompts}\n"
+        f"group_size: {args.group}\nminibatches: 4\nmax_new_tokens: {args.new}\n"
+        f"ckpt_every: {args.steps}\nthreads: 1\n"
+    )
     rows = {n: run(n, cfg, work / f"rl{n}")[1:] for n in (1, args.nproc)}
-    print(f"== GSPO step time, tiny model, {args.prompts} prompts x {args.group} samples x <= "
-          f"{args.new} tokens, {os.cpu_count()} cpus; median over {args.steps - 1} steps ==")
+    print(
+        f"== GSPO step time, tiny model, {args.prompts} prompts x {args.group} samples x <= "
+        f"{args.new} tokens, {os.cpu_count()} cpus; median over {args.steps - 1} steps =="
+    )
     base = statistics.median(sum(r[k] for k in PHASES) for r in rows[1])
     for n, rs in rows.items():
         med = statistics.median(sum(r[k] for k in PHASES) for r in rs)

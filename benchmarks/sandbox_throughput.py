@@ -39,8 +39,12 @@ def build_programs(n_problems: int, n_tests: int, seed: int):
         code = judge.extract_code(rec["solution"])
         func = lcb.metadata(rec).get("func_name", "")
         tests = lcb.tests_of(rec)[:n_tests]
-        jobs = [judge.make_job(code, t, func_name=func, timeout_s=rec["time_limit"],
-                               memory_mb=rec["memory_limit"]) for t in tests]
+        jobs = [
+            judge.make_job(
+                code, t, func_name=func, timeout_s=rec["time_limit"], memory_mb=rec["memory_limit"]
+            )
+            for t in tests
+        ]
         programs.append((jobs, tests))
     return programs
 
@@ -70,38 +74,54 @@ def measure(name: str, fn, programs, workers: int) -> dict:
     seconds = time.perf_counter() - t0
     tests = [t for _, ts in programs for t in ts]
     verdicts = [judge.judge(t, r, lcb.outputs_match) for t, r in zip(tests, results)]
-    return {"mode": name, "workers": workers, "executions": len(results), "seconds": seconds,
-            "per_second": len(results) / seconds,
-            "not_passed": sum(v != "passed" for v in verdicts) + len(tests) - len(results)}
+    return {
+        "mode": name,
+        "workers": workers,
+        "executions": len(results),
+        "seconds": seconds,
+        "per_second": len(results) / seconds,
+        "not_passed": sum(v != "passed" for v in verdicts) + len(tests) - len(results),
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--problems", type=int, default=200, help="generated problems (programs)")
     ap.add_argument("--tests", type=int, default=5, help="tests run per program (1..5)")
-    ap.add_argument("--workers", type=int, default=sandbox.default_workers(),
-                    help="sandboxes at a time (default: CPU count)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=sandbox.default_workers(),
+        help="sandboxes at a time (default: CPU count)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="also print the numbers as one JSON line")
     args = ap.parse_args(argv)
 
-    mode = sandbox.check_available()   # refuses without isolation unless GSPO_UNSAFE_SANDBOX=1
+    mode = sandbox.check_available()  # refuses without isolation unless GSPO_UNSAFE_SANDBOX=1
     if not 1 <= args.tests <= 5:
         ap.error("--tests must be in 1..5")
     programs = build_programs(args.problems, args.tests, args.seed)
-    per_program(programs[:4], 1)                    # warm the probe and the page cache
+    per_program(programs[:4], 1)  # warm the probe and the page cache
     base = measure("per test", per_test, programs, args.workers)
-    modes = [base, measure("per program", per_program, programs, args.workers),
-             measure("pooled", pooled, programs, args.workers)]
+    modes = [
+        base,
+        measure("per program", per_program, programs, args.workers),
+        measure("pooled", pooled, programs, args.workers),
+    ]
     for m in modes:
         m["ratio"] = m["per_second"] / base["per_second"]
-    print(f"sandbox throughput: {base['executions']} test executions of {args.problems} programs "
-          f"({args.tests} tests each), isolation={mode}, {args.workers} workers, "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"sandbox throughput: {base['executions']} test executions of {args.problems} programs "
+        f"({args.tests} tests each), isolation={mode}, {args.workers} workers, "
+        f"{os.cpu_count()} CPUs"
+    )
     print(f"{'sandbox':14}{'seconds':>10}{'exec/s':>10}{'vs per test':>13}{'not passed':>12}")
     for m in modes:
-        print(f"{m['mode']:14}{m['seconds']:>10.2f}{m['per_second']:>10.1f}"
-              f"{m['ratio']:>12.2f}x{m['not_passed']:>12}")
+        print(
+            f"{m['mode']:14}{m['seconds']:>10.2f}{m['per_second']:>10.1f}"
+            f"{m['ratio']:>12.2f}x{m['not_passed']:>12}"
+        )
     if args.json:
         print(json.dumps({"isolation": mode, "modes": modes}))
     return 0 if all(m["not_passed"] == 0 for m in modes) else 1

@@ -67,17 +67,23 @@ def measure(engines: dict, prompts, repeats: int, kw: dict):
 
 
 def report(args, path, rates, tokens, *, start_s, sync, idle, nparams) -> None:
-    print(f"\n== rollout: {args.prompts} prompts x {args.n} samples, <= {args.new} new tokens, "
-          f"model {path.name}, {args.device}/{args.dtype}, torch threads {args.threads}, "
-          f"{os.cpu_count()} cpus ==")
+    print(
+        f"\n== rollout: {args.prompts} prompts x {args.n} samples, <= {args.new} new tokens, "
+        f"model {path.name}, {args.device}/{args.dtype}, torch threads {args.threads}, "
+        f"{os.cpu_count()} cpus =="
+    )
     base = statistics.median(rates["torch engine"])
     for name, r in rates.items():
         med = statistics.median(r)
-        print(f"{name:26s} {med:10.0f} tokens/s   x{med / base:.2f} vs torch engine   "
-              f"(median of {len(r)}; {statistics.mean(tokens[name]):.0f} tokens per call)")
+        print(
+            f"{name:26s} {med:10.0f} tokens/s   x{med / base:.2f} vs torch engine   "
+            f"(median of {len(r)}; {statistics.mean(tokens[name]):.0f} tokens per call)"
+        )
     print(f"\nvLLM engine start: {start_s:.1f} s")
-    print(f"update_weights ({nparams / 1e6:.2f}M params): {1e3 * statistics.median(sync):.1f} ms "
-          f"(median of {len(sync)})")
+    print(
+        f"update_weights ({nparams / 1e6:.2f}M params): {1e3 * statistics.median(sync):.1f} ms "
+        f"(median of {len(sync)})"
+    )
     print(f"vLLM processes while idle: {idle:.2f} cores busy")
 
 
@@ -86,8 +92,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (torch engine)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--rl-steps", type=int, default=4,
-                    help="RL steps per old_logprobs mode (0 = skip the step-time comparison)")
+    ap.add_argument(
+        "--rl-steps",
+        type=int,
+        default=4,
+        help="RL steps per old_logprobs mode (0 = skip the step-time comparison)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -108,8 +118,13 @@ def main():
     start_s = time.perf_counter() - t
     torch_engine = make_engine("torch", path, device=args.device, dtype=args.dtype)
     engines = {"vllm engine": vllm_engine, "torch engine": torch_engine}
-    kw = dict(n=args.n, temperature=1.0, top_p=1.0, max_new_tokens=args.new,
-              stop_token_ids=[tok.eos_token_id])
+    kw = dict(
+        n=args.n,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=args.new,
+        stop_token_ids=[tok.eos_token_id],
+    )
 
     rates, tokens = measure(engines, prompts, args.repeats, kw)
 

@@ -70,15 +70,22 @@ class EvalConfig:
     workflow's `eval` section, whose defaults these are)."""
 
     benchmark: str = option("aime", f"the benchmark: one of {', '.join(tasks.BENCHMARKS)}")
-    data: str = option("", "JSONL of the benchmark's test records (the workflow: "
-                       "results/<experiment>/data/<benchmark>_test.jsonl)")
+    data: str = option(
+        "",
+        "JSONL of the benchmark's test records (the workflow: "
+        "results/<experiment>/data/<benchmark>_test.jsonl)",
+    )
     engine: str = option("torch", "rollout engine: torch or vllm")
     device: str = option("cpu", "engine device (cpu, cuda)")
     dtype: str = option("float32", "engine precision: float32, bfloat16 or float16")
-    tensor_parallel_size: int = option(1, "vllm only: GPUs one engine spans (a model too large "
-                                       "for one GPU)")
-    gpu_memory_utilization: float = option(0.0, "vllm only: share of GPU memory the engine may "
-                                           "take (0: 0.9 on a GPU, which evaluation has to itself)")
+    tensor_parallel_size: int = option(
+        1, "vllm only: GPUs one engine spans (a model too large for one GPU)"
+    )
+    gpu_memory_utilization: float = option(
+        0.0,
+        "vllm only: share of GPU memory the engine may "
+        "take (0: 0.9 on a GPU, which evaluation has to itself)",
+    )
     max_model_len: int = option(0, "vllm only: longest prompt + completion (0: the model's)")
     samples: int = option(8, "completions per problem (pass@1 = mean over them; n = k)")
     temperature: float = option(1.0, "sampling temperature (0: greedy)")
@@ -86,39 +93,70 @@ class EvalConfig:
     max_new_tokens: int = option(64, "longest completion, in tokens")
     seed: int = option(1234, "sampling seed (the same for every checkpoint)")
     limit: int = option(0, "first N problems of the test set (0: all)")
-    batch_prompts: int = option(64, "prompts per generation batch (changes no result: each "
-                                "problem's samples are seeded from seed and its id)")
+    batch_prompts: int = option(
+        64,
+        "prompts per generation batch (changes no result: each "
+        "problem's samples are seeded from seed and its id)",
+    )
     workers: int = option(1, "parallel sandboxes scoring code")
     bootstrap_iters: int = option(1000, "bootstrap resamples of the confidence intervals")
-    keep_completions: bool = option(True, "keep the completions (with their prompt) in "
-                                    "results.jsonl: the report's side-by-side view reads them; "
-                                    "false at a scale where they weigh too much")
-    protocol: str = option("", "the name of the evaluation protocol these settings follow, "
-                           "recorded with every evaluation ('': none; config/paper-protocol.yaml)")
-    prompt: PromptConfig = option(PromptConfig(), "how a record's prompt becomes the model's "
-                                  "input (gspo.model.tokens); the same as the model was trained with")
+    keep_completions: bool = option(
+        True,
+        "keep the completions (with their prompt) in "
+        "results.jsonl: the report's side-by-side view reads them; "
+        "false at a scale where they weigh too much",
+    )
+    protocol: str = option(
+        "",
+        "the name of the evaluation protocol these settings follow, "
+        "recorded with every evaluation ('': none; config/paper-protocol.yaml)",
+    )
+    prompt: PromptConfig = option(
+        PromptConfig(),
+        "how a record's prompt becomes the model's "
+        "input (gspo.model.tokens); the same as the model was trained with",
+    )
 
     def __post_init__(self):
-        check(self.benchmark in tasks.BENCHMARKS, "benchmark",
-              f"must be one of {', '.join(tasks.BENCHMARKS)}, got {self.benchmark!r}")
+        check(
+            self.benchmark in tasks.BENCHMARKS,
+            "benchmark",
+            f"must be one of {', '.join(tasks.BENCHMARKS)}, got {self.benchmark!r}",
+        )
         for name in ("samples", "max_new_tokens", "batch_prompts", "workers"):
             check(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         check(self.limit >= 0, "limit", f"must be >= 0 (0: all), got {self.limit}")
         check(self.bootstrap_iters >= 0, "bootstrap_iters", "must be >= 0")
         check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
         check(0 < self.top_p <= 1, "top_p", f"must lie in (0, 1], got {self.top_p}")
-        check(self.engine in ("torch", "vllm"), "engine",
-              f"must be 'torch' or 'vllm', got {self.engine!r}")
-        check(self.dtype in ("float32", "bfloat16", "float16"), "dtype",
-              f"must be float32, bfloat16 or float16, got {self.dtype!r}")
+        check(
+            self.engine in ("torch", "vllm"),
+            "engine",
+            f"must be 'torch' or 'vllm', got {self.engine!r}",
+        )
+        check(
+            self.dtype in ("float32", "bfloat16", "float16"),
+            "dtype",
+            f"must be float32, bfloat16 or float16, got {self.dtype!r}",
+        )
         check(self.tensor_parallel_size >= 1, "tensor_parallel_size", "must be >= 1")
-        check(0 <= self.gpu_memory_utilization < 1, "gpu_memory_utilization",
-              f"must be in [0, 1) (0: the default), got {self.gpu_memory_utilization}")
+        check(
+            0 <= self.gpu_memory_utilization < 1,
+            "gpu_memory_utilization",
+            f"must be in [0, 1) (0: the default), got {self.gpu_memory_utilization}",
+        )
         check(self.max_model_len >= 0, "max_model_len", "must be >= 0 (0: the model's)")
-        check(self.engine == "vllm" or (self.tensor_parallel_size == 1 and
-                                        not self.gpu_memory_utilization and not self.max_model_len),
-              "tensor_parallel_size", "and gpu_memory_utilization, max_model_len are vllm "
-              "settings; set engine: vllm or leave them at their defaults")
+        check(
+            self.engine == "vllm"
+            or (
+                self.tensor_parallel_size == 1
+                and not self.gpu_memory_utilization
+                and not self.max_model_len
+            ),
+            "tensor_parallel_size",
+            "and gpu_memory_utilization, max_model_len are vllm "
+            "settings; set engine: vllm or leave them at their defaults",
+        )
 
 
 def load_records(path, bench: str, limit: int | None = None) -> list[dict]:
@@ -128,7 +166,9 @@ def load_records(path, bench: str, limit: int | None = None) -> list[dict]:
     ids = set()
     for rec in records:
         if rec["task"] != bench:
-            raise DataError(f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}")
+            raise DataError(
+                f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}"
+            )
         if rec["id"] in ids:
             raise DataError(f"{path}: duplicate record id {rec['id']!r}")
         ids.add(rec["id"])
@@ -137,57 +177,85 @@ def load_records(path, bench: str, limit: int | None = None) -> list[dict]:
     return records[:limit] if limit else records
 
 
-def score_completions(records: list[dict], completions: list[list[str]],
-                      workers: int) -> list[list[float]]:
+def score_completions(
+    records: list[dict], completions: list[list[str]], workers: int
+) -> list[list[float]]:
     """0/1 scores, one per completion of each record, by each benchmark's own scoring."""
     return scored(records, completions, workers)[0]
 
 
-def scored(records: list[dict], completions: list[list[str]], workers: int
-           ) -> tuple[list[list[float]], list[list | None]]:
+def scored(
+    records: list[dict], completions: list[list[str]], workers: int
+) -> tuple[list[list[float]], list[list | None]]:
     """(0/1 scores, extracted answers) per record, one per completion, by each benchmark's own
     scoring; a record's answers are None when its scoring extracts none (no "answer" key)."""
     flat_recs = [rec for rec, comps in zip(records, completions) for _ in comps]
-    flat = tasks.score_many(flat_recs, [c for comps in completions for c in comps],
-                            workers=workers)
+    flat = tasks.score_many(flat_recs, [c for comps in completions for c in comps], workers=workers)
     scores, answers, pos = [], [], 0
     for comps in completions:
-        mine = flat[pos:pos + len(comps)]
+        mine = flat[pos : pos + len(comps)]
         scores.append([float(r["passed"]) for r in mine])
         answers.append([r["answer"] for r in mine] if all("answer" in r for r in mine) else None)
         pos += len(comps)
     return scores, answers
 
 
-def _sample_chunk(engine, codec: Codec, chunk: list[dict], *, samples, temperature, top_p,
-                  max_new_tokens, seed):
+def _sample_chunk(
+    engine, codec: Codec, chunk: list[dict], *, samples, temperature, top_p, max_new_tokens, seed
+):
     """(texts, finish reasons, token counts) per record of `chunk`, sampled with `seed` (each
     record's samples from its own problem_seed)."""
     prompts = [codec.prompt(r["prompt"]) for r in chunk]
-    groups = engine.generate(prompts, n=samples, temperature=temperature, top_p=top_p,
-                             max_new_tokens=max_new_tokens,
-                             seed=[problem_seed(seed, r["id"]) for r in chunk],
-                             stop_token_ids=codec.stop_ids)
-    return ([[codec.decode(c.token_ids) for c in group] for group in groups],
-            [[c.finish_reason for c in group] for group in groups],
-            [[len(c.token_ids) for c in group] for group in groups])
+    groups = engine.generate(
+        prompts,
+        n=samples,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=[problem_seed(seed, r["id"]) for r in chunk],
+        stop_token_ids=codec.stop_ids,
+    )
+    return (
+        [[codec.decode(c.token_ids) for c in group] for group in groups],
+        [[c.finish_reason for c in group] for group in groups],
+        [[len(c.token_ids) for c in group] for group in groups],
+    )
 
 
-def _result(rec: dict, comps: list[str], scores: list[float], answers: list | None,
-            finish: list[str], lengths: list[int], keep_completions: bool) -> dict:
+def _result(
+    rec: dict,
+    comps: list[str],
+    scores: list[float],
+    answers: list | None,
+    finish: list[str],
+    lengths: list[int],
+    keep_completions: bool,
+) -> dict:
     """One record's line of results.jsonl (see the module doc)."""
     m = problem_metrics(scores)
-    res = {"id": rec["id"], "task": rec["task"], "n": m["n"], "c": m["c"],
-           "avg@n": m["avg@n"], "pass@k": m["pass@k"], "k": m["k"],
-           **{key: v for key, v in m.items() if key.startswith("pass@") and key != "pass@k"},
-           "scores": scores, "finish_reasons": finish, "n_tokens": lengths}
+    res = {
+        "id": rec["id"],
+        "task": rec["task"],
+        "n": m["n"],
+        "c": m["c"],
+        "avg@n": m["avg@n"],
+        "pass@k": m["pass@k"],
+        "k": m["k"],
+        **{key: v for key, v in m.items() if key.startswith("pass@") and key != "pass@k"},
+        "scores": scores,
+        "finish_reasons": finish,
+        "n_tokens": lengths,
+    }
     if answers is not None:
         res.update(answers=answers, **{"maj@k": majority_correct(answers, scores)})
     if rec["task"] == "cf" and rec.get("rating") is not None:
         res["rating"] = rec["rating"]
     if keep_completions:
-        res.update(completions=comps, prompt=rec["prompt"],
-                   **({"answer": str(rec["answer"])} if "answer" in rec else {}))
+        res.update(
+            completions=comps,
+            prompt=rec["prompt"],
+            **({"answer": str(rec["answer"])} if "answer" in rec else {}),
+        )
     return res
 
 
@@ -208,17 +276,31 @@ class Progress:
         rate = self.sampled / dt if dt > 0 and self.sampled else 0.0
         left = (self.total - self.done) / rate if rate else None
         eta = "-" if left is None else f"{int(left // 60)}m{int(left % 60):02d}s"
-        line = (f"{self.label}: {self.done}/{self.total} problems "
-                f"({self.done / max(self.total, 1):.0%}), {rate:.2f} problems/s, ETA {eta}")
+        line = (
+            f"{self.label}: {self.done}/{self.total} problems "
+            f"({self.done / max(self.total, 1):.0%}), {rate:.2f} problems/s, ETA {eta}"
+        )
         print(line, file=self.stream, flush=True)
         return line
 
 
-def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int = 8,
-                     temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
-                     seed: int = 0, batch_prompts: int = 64, workers: int = 1,
-                     keep_completions: bool = True, world: dist.World = dist.World(),
-                     store: partial.ChunkStore | None = None, label: str = "") -> list[dict]:
+def evaluate_records(
+    engine,
+    codec: Codec,
+    records: list[dict],
+    *,
+    samples: int = 8,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    batch_prompts: int = 64,
+    workers: int = 1,
+    keep_completions: bool = True,
+    world: dist.World = dist.World(),
+    store: partial.ChunkStore | None = None,
+    label: str = "",
+) -> list[dict]:
     """Sample `samples` completions per record with `engine` and score them; one dict per record
     (see the module doc for its fields). `codec` (gspo.model.tokens) encodes the prompts, names the
     stop ids and decodes the completions without special tokens.
@@ -239,44 +321,61 @@ def evaluate_records(engine, codec: Codec, records: list[dict], *, samples: int 
         store.open(world)
     n_chunks, out = -(-len(records) // batch_prompts), []
     mine = range(world.rank, n_chunks, world.size)
-    progress = Progress(label, sum(len(records[j * batch_prompts:(j + 1) * batch_prompts])
-                                   for j in mine)) if label else None
+    progress = (
+        Progress(
+            label, sum(len(records[j * batch_prompts : (j + 1) * batch_prompts]) for j in mine)
+        )
+        if label
+        else None
+    )
     for j in mine:
-        chunk = records[j * batch_prompts:(j + 1) * batch_prompts]
+        chunk = records[j * batch_prompts : (j + 1) * batch_prompts]
         rows = store.load(j, [r["id"] for r in chunk]) if store is not None else None
         resumed = rows is not None
         if rows is None:
             texts, finish, lengths = _sample_chunk(
-                engine, codec, chunk, samples=samples, temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new_tokens, seed=seed)
+                engine,
+                codec,
+                chunk,
+                samples=samples,
+                temperature=temperature,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                seed=seed,
+            )
             scores, answers = scored(chunk, texts, workers)
-            rows = [_result(*x, keep_completions) for x in
-                    zip(chunk, texts, scores, answers, finish, lengths)]
+            rows = [
+                _result(*x, keep_completions)
+                for x in zip(chunk, texts, scores, answers, finish, lengths)
+            ]
             if store is not None:
                 store.save(j, rows)
         if progress is not None:
             progress.advance(len(chunk), sampled=not resumed)
         out += [(j * batch_prompts + i, row) for i, row in enumerate(rows)]
     if store is not None and world.distributed:
-        store.wait(n_chunks)        # not in the gather: it would time out on a slow rank
+        store.wait(n_chunks)  # not in the gather: it would time out on a slow rank
     return [res for _, res in sorted(dist.gather_objects(out, world), key=lambda x: x[0])]
 
 
-def summarize(results: list[dict], *, iters: int = 1000, confidence: float = 0.95,
-              seed: int = 0) -> dict:
+def summarize(
+    results: list[dict], *, iters: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> dict:
     """Per-benchmark aggregate metrics (evaluators.metrics.aggregate) of evaluate_records' output."""
     by_task: dict[str, list[dict]] = {}
     for r in results:
         by_task.setdefault(r["task"], []).append(r)
     out = {}
     for task, rs in by_task.items():
-        summary = aggregate([(r["n"], r["c"]) for r in rs], iters=iters, confidence=confidence,
-                            seed=seed)
-        if all("maj@k" in r for r in rs):      # a benchmark whose scoring extracts answers
+        summary = aggregate(
+            [(r["n"], r["c"]) for r in rs], iters=iters, confidence=confidence, seed=seed
+        )
+        if all("maj@k" in r for r in rs):  # a benchmark whose scoring extracts answers
             maj = [r["maj@k"] for r in rs]
             summary["maj@k"] = sum(maj) / len(maj)
-            summary["maj@k_ci"] = list(bootstrap_ci(maj, iters=iters, confidence=confidence,
-                                                    seed=seed))
+            summary["maj@k_ci"] = list(
+                bootstrap_ci(maj, iters=iters, confidence=confidence, seed=seed)
+            )
         if task in tasks.RATINGS:
             summary["rating"] = tasks.rating(task, rs)
         out[task] = summary
@@ -298,26 +397,42 @@ def make_engine(cfg: EvalConfig, model_path, world: dist.World = dist.World()):
         from gspo.model.models import load_model
 
         model, tokenizer = load_model(model_path, dtype=getattr(torch, cfg.dtype))
-        return make("torch", str(model_path), device=cfg.device, dtype=cfg.dtype,
-                    model=model), tokenizer
+        return make(
+            "torch", str(model_path), device=cfg.device, dtype=cfg.dtype, model=model
+        ), tokenizer
     from transformers import AutoTokenizer
 
-    engine = make("vllm", str(model_path), device=cfg.device, dtype=cfg.dtype, seed=cfg.seed,
-                  tensor_parallel_size=cfg.tensor_parallel_size,
-                  # evaluation has the GPU to itself (the trainer's engines share theirs)
-                  gpu_memory_utilization=cfg.gpu_memory_utilization or (
-                      0.9 if cfg.device.startswith("cuda") else None),
-                  max_model_len=cfg.max_model_len or None)
+    engine = make(
+        "vllm",
+        str(model_path),
+        device=cfg.device,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+        tensor_parallel_size=cfg.tensor_parallel_size,
+        # evaluation has the GPU to itself (the trainer's engines share theirs)
+        gpu_memory_utilization=cfg.gpu_memory_utilization
+        or (0.9 if cfg.device.startswith("cuda") else None),
+        max_model_len=cfg.max_model_len or None,
+    )
     return engine, AutoTokenizer.from_pretrained(model_path)
 
 
 def settings_of(cfg: EvalConfig, model) -> dict:
     """What summary.json records of how the evaluation was made."""
-    return {"model": str(model), "engine": cfg.engine, "dtype": cfg.dtype, "samples": cfg.samples,
-            "temperature": cfg.temperature, "top_p": cfg.top_p,
-            "max_new_tokens": cfg.max_new_tokens, "seed": cfg.seed, "limit": cfg.limit or None,
-            "data_dir": str(pathlib.Path(cfg.data).parent), "batch_prompts": cfg.batch_prompts,
-            "protocol": cfg.protocol or None}
+    return {
+        "model": str(model),
+        "engine": cfg.engine,
+        "dtype": cfg.dtype,
+        "samples": cfg.samples,
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "max_new_tokens": cfg.max_new_tokens,
+        "seed": cfg.seed,
+        "limit": cfg.limit or None,
+        "data_dir": str(pathlib.Path(cfg.data).parent),
+        "batch_prompts": cfg.batch_prompts,
+        "protocol": cfg.protocol or None,
+    }
 
 
 def load_all(configs: list[EvalConfig]) -> dict[str, list[dict]]:
@@ -325,17 +440,26 @@ def load_all(configs: list[EvalConfig]) -> dict[str, list[dict]]:
     return {c.benchmark: load_records(c.data, c.benchmark, c.limit or None) for c in configs}
 
 
-def _write(d: pathlib.Path, results: list[dict], summary: dict, checkpoint: dict | None,
-           bench: str) -> None:
-    atomic_write_text(d / "results.jsonl",
-                      "".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
+def _write(
+    d: pathlib.Path, results: list[dict], summary: dict, checkpoint: dict | None, bench: str
+) -> None:
+    atomic_write_text(
+        d / "results.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in results)
+    )
     if checkpoint is not None:
         write_json(d / "checkpoint.json", {**checkpoint, "benchmark": bench})
-    write_json(d / "summary.json", summary)   # last: its presence says the folder is whole
+    write_json(d / "summary.json", summary)  # last: its presence says the folder is whole
 
 
-def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = None,
-             checkpoint: dict | None = None, world: dist.World = dist.World()) -> dict:
+def evaluate(
+    model,
+    configs: list[EvalConfig],
+    out,
+    *,
+    records: dict | None = None,
+    checkpoint: dict | None = None,
+    world: dist.World = dist.World(),
+) -> dict:
     """Evaluate `model` on each benchmark config (the model and the engine are loaded once per
     process), writing <out>/<bench>/ as the module doc says; `records` as load_all returns them
     (loaded here when None). Under torchrun the ranks share the sampling (evaluate_records) and
@@ -347,24 +471,46 @@ def evaluate(model, configs: list[EvalConfig], out, *, records: dict | None = No
     result, stores = {}, []
     for cfg in configs:
         t0 = time.time()
-        key = (cfg.engine, cfg.device, cfg.dtype, cfg.tensor_parallel_size,
-               cfg.gpu_memory_utilization, cfg.max_model_len)
+        key = (
+            cfg.engine,
+            cfg.device,
+            cfg.dtype,
+            cfg.tensor_parallel_size,
+            cfg.gpu_memory_utilization,
+            cfg.max_model_len,
+        )
         if key not in engines:
             engines[key] = make_engine(cfg, model, world)
         engine, tokenizer = engines[key]
         recs = records[cfg.benchmark]
-        stores.append(partial.ChunkStore(pathlib.Path(out) / f"{cfg.benchmark}.partial",
-                                         partial.store_key(cfg, model, recs)))
+        stores.append(
+            partial.ChunkStore(
+                pathlib.Path(out) / f"{cfg.benchmark}.partial", partial.store_key(cfg, model, recs)
+            )
+        )
         results = evaluate_records(
-            engine, tokens.codec(tokenizer, model, cfg.prompt), recs,
-            samples=cfg.samples, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, batch_prompts=cfg.batch_prompts,
-            workers=cfg.workers, keep_completions=cfg.keep_completions, world=world,
-            store=stores[-1], label=cfg.benchmark + (f" rank {world.rank}" if world.distributed
-                                                     else ""))
-        summary = {"benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
-                   "settings": settings_of(cfg, model), "config": dataclasses.asdict(cfg),
-                   "provenance": provenance.record(), "seconds": round(time.time() - t0, 3)}
+            engine,
+            tokens.codec(tokenizer, model, cfg.prompt),
+            recs,
+            samples=cfg.samples,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed,
+            batch_prompts=cfg.batch_prompts,
+            workers=cfg.workers,
+            keep_completions=cfg.keep_completions,
+            world=world,
+            store=stores[-1],
+            label=cfg.benchmark + (f" rank {world.rank}" if world.distributed else ""),
+        )
+        summary = {
+            "benchmarks": summarize(results, iters=cfg.bootstrap_iters, seed=cfg.seed),
+            "settings": settings_of(cfg, model),
+            "config": dataclasses.asdict(cfg),
+            "provenance": provenance.record(),
+            "seconds": round(time.time() - t0, 3),
+        }
         result[cfg.benchmark] = summary
         if world.main:
             _write(pathlib.Path(out) / cfg.benchmark, results, summary, checkpoint, cfg.benchmark)

@@ -25,8 +25,8 @@ import sys
 
 from gspo.io import DataError
 
-SCORE_TIMEOUT_S = 30.0         # one answer's scoring; math-verify's own limits are 5 s a call
-TIMED_TASKS = ("aime",)        # scored by math-verify (sympy): no limit of its own off the main thread
+SCORE_TIMEOUT_S = 30.0  # one answer's scoring; math-verify's own limits are 5 s a call
+TIMED_TASKS = ("aime",)  # scored by math-verify (sympy): no limit of its own off the main thread
 _pool = None
 
 
@@ -46,14 +46,18 @@ def row(record: dict, index: int, system: str = "") -> dict:
     """One record as a row of verl's RL dataset (`system`: a system turn before the prompt)."""
     for field in ("id", "task", "prompt"):
         if field not in record:
-            raise DataError(f"record {index}: no {field!r} (a benchmark record has id, task, "
-                            "prompt and what its benchmark scores with)")
-    return {"data_source": record["task"],
-            "prompt": ([{"role": "system", "content": system}] if system else [])
-            + [{"role": "user", "content": record["prompt"]}],
-            "ability": record["task"],
-            "reward_model": {"style": "rule", "ground_truth": json.dumps(record)},
-            "extra_info": {"id": str(record["id"]), "index": index}}
+            raise DataError(
+                f"record {index}: no {field!r} (a benchmark record has id, task, "
+                "prompt and what its benchmark scores with)"
+            )
+    return {
+        "data_source": record["task"],
+        "prompt": ([{"role": "system", "content": system}] if system else [])
+        + [{"role": "user", "content": record["prompt"]}],
+        "ability": record["task"],
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(record)},
+        "extra_info": {"id": str(record["id"]), "index": index},
+    }
 
 
 def write_parquet(records: list[dict], path, system: str = "") -> pathlib.Path:
@@ -79,8 +83,9 @@ def write_parquet(records: list[dict], path, system: str = "") -> pathlib.Path:
     return path
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: str,
-                  extra_info: dict | None = None) -> float:
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None
+) -> float:
     """verl's reward function: 1.0 when the benchmark's own scoring passes the completion, else
     0.0 (evaluators.tasks.reward)."""
     from evaluators.tasks import reward
@@ -88,8 +93,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     global _pool
     record = json.loads(ground_truth)
     if record.get("task") != data_source:
-        raise DataError(f"data_source {data_source!r} is not the record's task "
-                        f"{record.get('task')!r} (record {record.get('id')!r})")
+        raise DataError(
+            f"data_source {data_source!r} is not the record's task "
+            f"{record.get('task')!r} (record {record.get('id')!r})"
+        )
     if data_source not in TIMED_TASKS:
         return reward(record, solution_str)
     from evaluators.timed import TimedPool, warm_math_scoring
@@ -99,7 +106,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str,
     limit = float(os.environ.get("GSPO_SCORE_TIMEOUT_S", SCORE_TIMEOUT_S))
     got = _pool.call(reward, (record, solution_str), limit)
     if got is None:
-        print(f"for_verl: record {record.get('id')!r}: scoring took over {limit:g} s; reward 0",
-              file=sys.stderr)
+        print(
+            f"for_verl: record {record.get('id')!r}: scoring took over {limit:g} s; reward 0",
+            file=sys.stderr,
+        )
         return 0.0
     return got

@@ -81,8 +81,13 @@ def default_ks(n: int) -> list[int]:
     return ks
 
 
-def bootstrap_ci(values: Sequence[float], *, iters: int = DEFAULT_BOOTSTRAP_ITERS,
-                 confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    iters: int = DEFAULT_BOOTSTRAP_ITERS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of `values` (one value per problem).
 
     Deterministic: the resampling draws come from numpy's PCG64 seeded with `seed`. With a
@@ -121,14 +126,19 @@ def problem_metrics(scores: Iterable[float], ks: Sequence[int] | None = None) ->
     out = {"n": n, "c": c, "avg@n": avg_at_n(n, c)}
     for k in ks:
         out[f"pass@{k}"] = pass_at_k(n, c, k)
-    out["pass@k"] = pass_at_k(n, c, n)   # k = n, the most this problem's samples can tell
+    out["pass@k"] = pass_at_k(n, c, n)  # k = n, the most this problem's samples can tell
     out["k"] = n
     return out
 
 
-def aggregate(counts: Sequence[tuple[int, int]], *, ks: Sequence[int] | None = None,
-              iters: int = DEFAULT_BOOTSTRAP_ITERS, confidence: float = DEFAULT_CONFIDENCE,
-              seed: int = 0) -> dict:
+def aggregate(
+    counts: Sequence[tuple[int, int]],
+    *,
+    ks: Sequence[int] | None = None,
+    iters: int = DEFAULT_BOOTSTRAP_ITERS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> dict:
     """Benchmark-level metrics from per-problem (n, c) pairs.
 
     Returns n_problems, n_samples (total), samples_per_problem (the smallest n), k (the largest k
@@ -144,7 +154,9 @@ def aggregate(counts: Sequence[tuple[int, int]], *, ks: Sequence[int] | None = N
     n_min = min(n for n, _ in counts)
     ks = default_ks(n_min) if ks is None else sorted({int(k) for k in ks})
     if any(not 1 <= k <= n_min for k in ks):
-        raise ValueError(f"every k must be in 1..{n_min} (the fewest samples of any problem), got {ks}")
+        raise ValueError(
+            f"every k must be in 1..{n_min} (the fewest samples of any problem), got {ks}"
+        )
     boot = dict(iters=iters, confidence=confidence, seed=seed)
     avg = [avg_at_n(n, c) for n, c in counts]
     out = {

@@ -29,8 +29,8 @@ from gspo.infra import distributed as dist
 from gspo.infra.checkpoint import model_fingerprint
 from gspo.io import atomic_write_text, file_sha256, write_json
 
-FORMAT = 2              # of the chunk files: a change discards the stores of older versions
-                        # (2: samples seeded per problem id, gspo.rollout.base.problem_seed)
+FORMAT = 2  # of the chunk files: a change discards the stores of older versions
+# (2: samples seeded per problem id, gspo.rollout.base.problem_seed)
 # EvalConfig fields that change no per-record result: the data's path (its content is keyed), the
 # sandboxes scoring in parallel, the summary's bootstrap and the protocol's name
 NOT_KEYED = ("data", "workers", "bootstrap_iters", "protocol")
@@ -47,11 +47,14 @@ def store_key(cfg, model, records: list[dict]) -> dict:
     result-changing setting (samples, temperature, top_p, max_new_tokens, seed, batch_prompts,
     engine, dtype, the prompt format, ...)."""
     data = pathlib.Path(cfg.data) if cfg.data else None
-    return {"format": FORMAT, "model": str(pathlib.Path(model).resolve()),
-            "model_files": model_fingerprint(str(model)),
-            "data_sha256": file_sha256(data) if data and data.is_file() else None,
-            "record_ids": digest([r["id"] for r in records]),
-            "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_KEYED}}
+    return {
+        "format": FORMAT,
+        "model": str(pathlib.Path(model).resolve()),
+        "model_files": model_fingerprint(str(model)),
+        "data_sha256": file_sha256(data) if data and data.is_file() else None,
+        "record_ids": digest([r["id"] for r in records]),
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_KEYED},
+    }
 
 
 class ChunkStore:
@@ -68,13 +71,18 @@ class ChunkStore:
         if world.main:
             key_file = self.folder / "key.json"
             if self.folder.exists() and self._stored_digest() != self.digest:
-                print(f"{self.folder}: a partial evaluation made with other settings (model, "
-                      "data or sampling): discarded, starting over", flush=True)
+                print(
+                    f"{self.folder}: a partial evaluation made with other settings (model, "
+                    "data or sampling): discarded, starting over",
+                    flush=True,
+                )
                 shutil.rmtree(self.folder)
             done = sorted(self.folder.glob("chunk_*.jsonl"))
             if done:
-                print(f"{self.folder}: resuming a partial evaluation: {len(done)} chunk(s) "
-                      "done", flush=True)
+                print(
+                    f"{self.folder}: resuming a partial evaluation: {len(done)} chunk(s) done",
+                    flush=True,
+                )
             if not key_file.is_file():
                 write_json(key_file, {"digest": self.digest, "key": self.key})
         dist.barrier(world)
@@ -95,12 +103,14 @@ class ChunkStore:
             rows = [json.loads(line) for line in self.path(j).read_text().splitlines()]
         except (OSError, ValueError):
             return None
-        return rows if [r.get("id") if isinstance(r, dict) else None
-                        for r in rows] == list(ids) else None
+        return (
+            rows
+            if [r.get("id") if isinstance(r, dict) else None for r in rows] == list(ids)
+            else None
+        )
 
     def save(self, j: int, rows: list[dict]) -> None:
-        atomic_write_text(self.path(j), "".join(json.dumps(r, sort_keys=True) + "\n"
-                                                for r in rows))
+        atomic_write_text(self.path(j), "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def wait(self, n_chunks: int, poll_s: float = 5.0) -> None:
         """Return once chunks 0 .. n_chunks - 1 are all stored, by whichever rank. The ranks

@@ -33,8 +33,12 @@ def rating(task: str, results: list[dict]):
     """Benchmark `task`'s rating of evaluated `results` (per-problem rows with `rating` and
     per-sample `scores`; every sample of every rated problem one attempt), None when no
     problem is rated."""
-    attempts = [(r["rating"], bool(s >= 0.5)) for r in results if r.get("rating") is not None
-                for s in r["scores"]]
+    attempts = [
+        (r["rating"], bool(s >= 0.5))
+        for r in results
+        if r.get("rating") is not None
+        for s in r["scores"]
+    ]
     return RATINGS[task](attempts) if attempts else None
 
 
@@ -58,8 +62,13 @@ def parse(spec: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def score_many(records: list[dict], completions: list[str], *, workers: int = 2,
-               stop_at_first_failure: bool = False) -> list[dict]:
+def score_many(
+    records: list[dict],
+    completions: list[str],
+    *,
+    workers: int = 2,
+    stop_at_first_failure: bool = False,
+) -> list[dict]:
     """Each benchmark's own `score` of each (record, completion) pair, in order; the records of
     one benchmark go to its `score_many` together (code runs in parallel sandboxes)."""
     if len(records) != len(completions):
@@ -67,12 +76,13 @@ def score_many(records: list[dict], completions: list[str], *, workers: int = 2,
     out: list[dict | None] = [None] * len(records)
     by_task: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
-        module(rec.get("task"))   # unknown task names fail here, by name
+        module(rec.get("task"))  # unknown task names fail here, by name
         by_task.setdefault(rec["task"], []).append(i)
     for task, idx in by_task.items():
         kw = {"stop_at_first_failure": True} if stop_at_first_failure and task != "aime" else {}
-        res = module(task).score_many([records[i] for i in idx], [completions[i] for i in idx],
-                                      workers=workers, **kw)
+        res = module(task).score_many(
+            [records[i] for i in idx], [completions[i] for i in idx], workers=workers, **kw
+        )
         for i, r in zip(idx, res):
             out[i] = r
     return out  # type: ignore[return-value]
@@ -89,5 +99,7 @@ def rewards(records: list[dict], completions: list[str], *, workers: int = 2) ->
     The code benchmarks stop at a problem's first failing test (the reward is pass/fail, so the
     remaining tests cannot change it), which bounds the cost of a looping program.
     """
-    return [float(r["passed"]) for r in score_many(records, completions, workers=workers,
-                                                    stop_at_first_failure=True)]
+    return [
+        float(r["passed"])
+        for r in score_many(records, completions, workers=workers, stop_at_first_failure=True)
+    ]

@@ -50,22 +50,26 @@ def warm_math_scoring() -> None:
     import sympy  # noqa: F401
 
     import evaluators.tasks  # noqa: F401
+
     try:
         import math_verify  # noqa: F401
     except ImportError:
         pass
 
 
-START_TIMEOUT_S = 120.0      # a worker's interpreter and imports: not part of a call's limit
+START_TIMEOUT_S = 120.0  # a worker's interpreter and imports: not part of a call's limit
 
 
 class _Worker:
     def __init__(self, warm):
         parent, child = socket.socketpair()
-        code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-                f"from evaluators.timed import _serve; _serve({child.fileno()})")
-        self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child.fileno(),),
-                                     stdin=subprocess.DEVNULL)
+        code = (
+            f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+            f"from evaluators.timed import _serve; _serve({child.fileno()})"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL
+        )
         child.close()
         self.conn = Connection(parent.detach())
         try:
@@ -75,8 +79,10 @@ class _Worker:
             ready = False
         if not ready:
             self.kill()
-            raise RuntimeError(f"evaluators.timed: a worker did not start in "
-                               f"{START_TIMEOUT_S:g} s (warm-up {getattr(warm, '__name__', warm)})")
+            raise RuntimeError(
+                f"evaluators.timed: a worker did not start in "
+                f"{START_TIMEOUT_S:g} s (warm-up {getattr(warm, '__name__', warm)})"
+            )
 
     def kill(self) -> None:
         self.proc.kill()
@@ -143,7 +149,7 @@ class TimedPool:
         except (EOFError, OSError):
             return None
         finally:
-            if w is not None:        # ran past its time or died: replaced by a fresh one
+            if w is not None:  # ran past its time or died: replaced by a fresh one
                 w.kill()
                 with self._lock:
                     self._started -= 1

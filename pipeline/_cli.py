@@ -38,9 +38,12 @@ class Parser(argparse.ArgumentParser):
     flags in `--help`, and a bad flag as one line (exit 2)."""
 
     def __init__(self, prog: str, description: str, fields=None):
-        super().__init__(prog=prog, description=description,
-                         epilog=fields_help(fields) if fields else None,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        super().__init__(
+            prog=prog,
+            description=description,
+            epilog=fields_help(fields) if fields else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         self.add_argument("--version", action="version", version=f"gspo-bench {version()}")
 
     def error(self, message: str):
@@ -61,8 +64,10 @@ def _fields(cls, prefix: str = "") -> list[tuple[str, object, str]]:
 
 def fields_help(cls) -> str:
     """The `--help` section naming every field of config class `cls`."""
-    lines = [f"fields of {cls.__name__} (the keys of the --config YAML; --set KEY=VALUE "
-             "overrides one, dotted for nested fields):"]
+    lines = [
+        f"fields of {cls.__name__} (the keys of the --config YAML; --set KEY=VALUE "
+        "overrides one, dotted for nested fields):"
+    ]
     for name, default, text in _fields(cls):
         lines.append(f"  {name} (default {default!r})")
         lines += textwrap.wrap(text, 92, initial_indent="      ", subsequent_indent="      ")
@@ -72,8 +77,14 @@ def fields_help(cls) -> str:
 def config_parser(description: str, prog: str, cls=None) -> Parser:
     ap = Parser(prog, description, cls)
     ap.add_argument("--config", required=True, help="YAML file of the stage's config")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a field (dotted keys, YAML values); repeatable")
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field (dotted keys, YAML values); repeatable",
+    )
     return ap
 
 
@@ -83,17 +94,31 @@ def add_tracking_flags(ap: argparse.ArgumentParser, *, reads: bool = False) -> N
     report) falls back to DEFAULT_STORE and names its own runs, so it takes no --run-name."""
     env = os.environ.get("MLFLOW_TRACKING_URI") or None
     unset = f"else {DEFAULT_STORE}" if reads else "unset: no tracking"
-    ap.add_argument("--tracking-uri", default=env or (DEFAULT_STORE if reads else None),
-                    help="MLflow store, e.g. sqlite:///results/mlflow.db or http://host:5000 "
-                    f"(default: MLFLOW_TRACKING_URI; {unset})")
-    ap.add_argument("--experiment", default=os.environ.get("MLFLOW_EXPERIMENT_NAME")
-                    or DEFAULT_EXPERIMENT, help="MLflow experiment (default: "
-                    f"MLFLOW_EXPERIMENT_NAME, else {DEFAULT_EXPERIMENT})")
+    ap.add_argument(
+        "--tracking-uri",
+        default=env or (DEFAULT_STORE if reads else None),
+        help="MLflow store, e.g. sqlite:///results/mlflow.db or http://host:5000 "
+        f"(default: MLFLOW_TRACKING_URI; {unset})",
+    )
+    ap.add_argument(
+        "--experiment",
+        default=os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT,
+        help=f"MLflow experiment (default: MLFLOW_EXPERIMENT_NAME, else {DEFAULT_EXPERIMENT})",
+    )
     if not reads:
-        ap.add_argument("--run-name", default="",
-                        help="MLflow run name (default: <stage>-<algorithm>-seed<seed>)")
-    ap.add_argument("--tag", dest="tags", action="append", default=[], metavar="KEY=VALUE",
-                    help="an extra tag of the runs this command makes; repeatable")
+        ap.add_argument(
+            "--run-name",
+            default="",
+            help="MLflow run name (default: <stage>-<algorithm>-seed<seed>)",
+        )
+    ap.add_argument(
+        "--tag",
+        dest="tags",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra tag of the runs this command makes; repeatable",
+    )
 
 
 def tracking_of(args) -> Tracking:
@@ -103,8 +128,12 @@ def tracking_of(args) -> Tracking:
             raise ConfigError(f"--tag {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
         tags[k] = v
-    return Tracking(uri=args.tracking_uri, experiment=args.experiment,
-                    run_name=getattr(args, "run_name", ""), tags=tags)
+    return Tracking(
+        uri=args.tracking_uri,
+        experiment=args.experiment,
+        run_name=getattr(args, "run_name", ""),
+        tags=tags,
+    )
 
 
 def load_config(cls, args):

@@ -36,16 +36,35 @@ from evaluators.tasks import BENCHMARKS
 from gspo.config.fields import ConfigError
 from gspo.tracking.store import DEFAULT_STORE
 
-TRAIN_KEYS = ("reward_mean", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "clip_frac_seqs",
-              "clip_frac_tokens_onpolicy", "compute_flops",
-              "entropy", "response_length", "zero_variance_groups", "skipped_updates", "wall_s",
-              # where a step's time goes, and the engine/trainer log-prob gap (variants)
-              "time_rollout_s", "time_old_logprob_s", "time_update_s", "time_step_s",
-              "old_logprob_passes",
-              "logprob_gap_token_mean", "logprob_gap_token_max", "logprob_gap_seq_mean",
-              # MoE models (gspo.model.moe)
-              "moe/volatility", "moe/load_entropy", "moe/max_expert_share", "moe/aux_loss",
-              "moe/routing_cache_bytes", "moe/engine_routing_mismatch")
+TRAIN_KEYS = (
+    "reward_mean",
+    "clip_frac_tokens",
+    "clip_frac_tokens_offpolicy",
+    "clip_frac_seqs",
+    "clip_frac_tokens_onpolicy",
+    "compute_flops",
+    "entropy",
+    "response_length",
+    "zero_variance_groups",
+    "skipped_updates",
+    "wall_s",
+    # where a step's time goes, and the engine/trainer log-prob gap (variants)
+    "time_rollout_s",
+    "time_old_logprob_s",
+    "time_update_s",
+    "time_step_s",
+    "old_logprob_passes",
+    "logprob_gap_token_mean",
+    "logprob_gap_token_max",
+    "logprob_gap_seq_mean",
+    # MoE models (gspo.model.moe)
+    "moe/volatility",
+    "moe/load_entropy",
+    "moe/max_expert_share",
+    "moe/aux_loss",
+    "moe/routing_cache_bytes",
+    "moe/engine_routing_mismatch",
+)
 
 
 def _history(cl, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -61,10 +80,15 @@ def _history(cl, run_id: str, key: str) -> list[tuple[int, float]]:
 
 
 def _run_record(run) -> dict:
-    return {"run_id": run.info.run_id, "name": run.info.run_name, "status": run.info.status,
-            "start_time": run.info.start_time, "end_time": run.info.end_time,
-            "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
-            "params": dict(run.data.params)}
+    return {
+        "run_id": run.info.run_id,
+        "name": run.info.run_name,
+        "status": run.info.status,
+        "start_time": run.info.start_time,
+        "end_time": run.info.end_time,
+        "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
+        "params": dict(run.data.params),
+    }
 
 
 def download_results(cl, run_id: str) -> list[dict]:
@@ -90,8 +114,14 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
     exp_id = tracking.experiment_id(cl, experiment, create=False)
     if exp_id is None:
         raise ConfigError(f"no MLflow experiment {experiment!r} in {uri}")
-    data = {"experiment": experiment, "experiment_id": exp_id, "tracking_uri": uri,
-            "rl": [], "sft": [], "evals": []}
+    data = {
+        "experiment": experiment,
+        "experiment_id": exp_id,
+        "tracking_uri": uri,
+        "rl": [],
+        "sft": [],
+        "evals": [],
+    }
     for run in tracking.stage_runs(cl, exp_id, "rl"):
         rec = _run_record(run)
         rec["algorithm"] = rec["tags"].get("algorithm")
@@ -104,23 +134,32 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
         rec["eval"] = {}
         for b in BENCHMARKS:
             if f"eval/{b}/pass_at_1" in keys:
-                rec["eval"][b] = {suffix: _history(cl, rec["run_id"], f"eval/{b}/{suffix}")
-                                  for suffix in ("pass_at_1", "pass_at_1_ci_low",
-                                                 "pass_at_1_ci_high", "rating")
-                                  if f"eval/{b}/{suffix}" in keys}
+                rec["eval"][b] = {
+                    suffix: _history(cl, rec["run_id"], f"eval/{b}/{suffix}")
+                    for suffix in ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "rating")
+                    if f"eval/{b}/{suffix}" in keys
+                }
         data["rl"].append(rec)
     data["rl"].sort(key=lambda r: (r["variant"] or "", r["seed"]))
     data["sft"] = [_run_record(r) for r in tracking.stage_runs(cl, exp_id, "sft")]
     for run in tracking.stage_runs(cl, exp_id, "eval"):
         t = run.data.tags
         m = run.data.metrics
-        rec = {"run_id": run.info.run_id, "algorithm": t.get("algorithm"),
-               "variant": t.get("variant") or t.get("algorithm"),
-               "seed": int(t.get("seed", 0)), "budget": int(t.get("budget", 0)),
-               "step": int(t.get("step", 0)), "benchmark": t.get("benchmark"),
-               "pass_at_1": m.get("pass_at_1"), "ci_low": m.get("pass_at_1_ci_low"),
-               "ci_high": m.get("pass_at_1_ci_high"), "compute_flops": m.get("compute_flops"),
-               "rating": m.get("rating"), "n_problems": m.get("n_problems")}
+        rec = {
+            "run_id": run.info.run_id,
+            "algorithm": t.get("algorithm"),
+            "variant": t.get("variant") or t.get("algorithm"),
+            "seed": int(t.get("seed", 0)),
+            "budget": int(t.get("budget", 0)),
+            "step": int(t.get("step", 0)),
+            "benchmark": t.get("benchmark"),
+            "pass_at_1": m.get("pass_at_1"),
+            "ci_low": m.get("pass_at_1_ci_low"),
+            "ci_high": m.get("pass_at_1_ci_high"),
+            "compute_flops": m.get("compute_flops"),
+            "rating": m.get("rating"),
+            "n_problems": m.get("n_problems"),
+        }
         if with_problems:
             results = download_results(cl, rec["run_id"])
             rec["problems"] = {r["id"]: r["avg@n"] for r in results}
@@ -131,11 +170,14 @@ def collect(experiment: str, uri: str | None = None, *, with_problems: bool = Tr
             rec["pass_k"] = {r["id"]: r["pass@k"] for r in results if "pass@k" in r}
             rec["maj"] = {r["id"]: r["maj@k"] for r in results if "maj@k" in r}
             rec["k"] = min((r["n"] for r in results), default=None)
-            if rec["benchmark"] == "cf":      # the problems' ratings, for the Elo estimate
-                rec["ratings"] = {r["id"]: r["rating"] for r in results
-                                  if r.get("rating") is not None}
+            if rec["benchmark"] == "cf":  # the problems' ratings, for the Elo estimate
+                rec["ratings"] = {
+                    r["id"]: r["rating"] for r in results if r.get("rating") is not None
+                }
         data["evals"].append(rec)
-    data["evals"].sort(key=lambda r: (r["variant"] or "", r["seed"], r["budget"], r["benchmark"] or ""))
+    data["evals"].sort(
+        key=lambda r: (r["variant"] or "", r["seed"], r["budget"], r["benchmark"] or "")
+    )
     return data
 
 
@@ -149,11 +191,20 @@ def points(data: dict) -> list[dict]:
             lo = dict(hist.get("pass_at_1_ci_low", []))
             hi = dict(hist.get("pass_at_1_ci_high", []))
             for step, v in hist["pass_at_1"]:
-                out.append({"variant": run["variant"], "algorithm": run["algorithm"],
-                            "seed": run["seed"], "step": step,
-                            "compute_flops": compute.get(step), "benchmark": bench,
-                            "pass_at_1": v, "ci_low": lo.get(step), "ci_high": hi.get(step),
-                            "run_id": run["run_id"]})
+                out.append(
+                    {
+                        "variant": run["variant"],
+                        "algorithm": run["algorithm"],
+                        "seed": run["seed"],
+                        "step": step,
+                        "compute_flops": compute.get(step),
+                        "benchmark": bench,
+                        "pass_at_1": v,
+                        "ci_low": lo.get(step),
+                        "ci_high": hi.get(step),
+                        "run_id": run["run_id"],
+                    }
+                )
     return out
 
 
@@ -162,10 +213,16 @@ def parser():
 
     ap = Parser("python -m pipeline.aggregate", __doc__.splitlines()[0])
     add_tracking_flags(ap, reads=True)
-    ap.add_argument("--out", default=None, help="scores.json to write (scores.csv beside it; "
-                    "default: print the points)")
-    ap.add_argument("--workflow-config", default=None,
-                    help="the master config to attach to the aggregate run (the workflow's)")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="scores.json to write (scores.csv beside it; default: print the points)",
+    )
+    ap.add_argument(
+        "--workflow-config",
+        default=None,
+        help="the master config to attach to the aggregate run (the workflow's)",
+    )
     return ap
 
 
@@ -179,16 +236,29 @@ def main(argv=None):
 
     data = collect(args.experiment, args.tracking_uri, with_problems=False)
     pts = points(data)
-    print(f"{args.experiment}: {len(data['rl'])} RL runs, {len(data['evals'])} eval runs, "
-          f"{len(pts)} evaluation points")
+    print(
+        f"{args.experiment}: {len(data['rl'])} RL runs, {len(data['evals'])} eval runs, "
+        f"{len(pts)} evaluation points"
+    )
     if not args.out:
         print(json.dumps(pts, indent=1))
         return
     out = pathlib.Path(args.out)
-    write_json(out, {"experiment": args.experiment, "tracking_uri": data["tracking_uri"],
-                     "points": pts})
-    cols = ["variant", "algorithm", "seed", "step", "compute_flops", "benchmark", "pass_at_1", "ci_low",
-            "ci_high", "run_id"]
+    write_json(
+        out, {"experiment": args.experiment, "tracking_uri": data["tracking_uri"], "points": pts}
+    )
+    cols = [
+        "variant",
+        "algorithm",
+        "seed",
+        "step",
+        "compute_flops",
+        "benchmark",
+        "pass_at_1",
+        "ci_low",
+        "ci_high",
+        "run_id",
+    ]
     with tempfile.NamedTemporaryFile("w", delete=False, newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
@@ -197,8 +267,9 @@ def main(argv=None):
     os.unlink(f.name)
 
     cl = tracking.client(data["tracking_uri"])
-    run_id = tracking.fresh_summary_run(cl, data["experiment_id"], "aggregate",
-                                        tracking_of(args).tags)
+    run_id = tracking.fresh_summary_run(
+        cl, data["experiment_id"], "aggregate", tracking_of(args).tags
+    )
     for p in (out, out.with_suffix(".csv"), args.workflow_config):
         if p and pathlib.Path(p).is_file():
             tracking.retry(cl.log_artifact, run_id, str(p))

@@ -24,16 +24,20 @@ def aime_set(n: int, steps: list[int], *, split: str, seed: int, cfg: DataGenCon
     other tiers."""
     a = cfg.aime
     share = cfg.test_fraction if split == "test" else 1 - cfg.test_fraction
-    space = {s: int(0.5 * share * a.max_operand ** (2 + s) * 2 ** s) for s in steps}
+    space = {s: int(0.5 * share * a.max_operand ** (2 + s) * 2**s) for s in steps}
     counts = {s: 0 for s in steps}
     for _ in range(n):
         open_tiers = [s for s in steps if counts[s] < space[s]] or steps
         counts[min(open_tiers, key=lambda s: (counts[s], s))] += 1
     recs = []
     for k, s in enumerate(steps):
-        recs += aime.generate(counts[s], split=split, seed=seed * 100 + k,
-                              difficulty=aime.Difficulty(s, a.max_operand),
-                              test_fraction=cfg.test_fraction)
+        recs += aime.generate(
+            counts[s],
+            split=split,
+            seed=seed * 100 + k,
+            difficulty=aime.Difficulty(s, a.max_operand),
+            test_fraction=cfg.test_fraction,
+        )
     return recs
 
 
@@ -42,10 +46,17 @@ def code_set(task: str, n: int, *, split: str, seed: int, cfg: DataGenConfig) ->
     c = getattr(cfg, task)
     templates = c.templates or None
     if task == "lcb":
-        return livecodebench.generate(n, split=split, seed=seed, templates=templates,
-                                      test_fraction=cfg.test_fraction)
-    return codeforces.generate(n, split=split, seed=seed, templates=templates,
-                               max_rating=c.max_rating, test_fraction=cfg.test_fraction)
+        return livecodebench.generate(
+            n, split=split, seed=seed, templates=templates, test_fraction=cfg.test_fraction
+        )
+    return codeforces.generate(
+        n,
+        split=split,
+        seed=seed,
+        templates=templates,
+        max_rating=c.max_rating,
+        test_fraction=cfg.test_fraction,
+    )
 
 
 def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
@@ -56,7 +67,7 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
     set measures (pipeline.report.curves compares them)."""
     split = "test" if part == "test" else "train"
     seed = cfg.seed + (1 if part == "rl" else 0)
-    section = getattr(cfg, task)            # the task's section of DataGenConfig
+    section = getattr(cfg, task)  # the task's section of DataGenConfig
     n = getattr(section, f"{part}_n")
     if task == "aime":
         recs = aime_set(n, getattr(section, f"{part}_steps"), split=split, seed=seed, cfg=cfg)
@@ -65,15 +76,16 @@ def generated(task: str, part: str, cfg: DataGenConfig) -> list[dict]:
             recs = [aime.without_box(r) if pick.random() < section.sft_unboxed else r for r in recs]
     elif task in ("lcb", "cf"):
         recs = code_set(task, n, split=split, seed=seed, cfg=cfg)
-    else:                                   # a GeneratedDataConfig: the split's size alone
+    else:  # a GeneratedDataConfig: the split's size alone
         recs = module(task).generate(n, split=split, seed=seed, test_fraction=cfg.test_fraction)
     if part == "test":
         random.Random(f"test-order:{cfg.seed}:{task}").shuffle(recs)
     return recs
 
 
-def loaded(task: str, source: str, limit: int, kwargs: dict | None = None,
-           part: str = "test") -> list[dict]:
+def loaded(
+    task: str, source: str, limit: int, kwargs: dict | None = None, part: str = "test"
+) -> list[dict]:
     """Real records of `task` from `source` through the benchmark's own loader: `load_sft`
     (worked solutions) for the sft part, `load` (problems with answers or tests) for rl and test,
     given `kwargs` (TaskFiles.load_kwargs: a LiveCodeBench test split's release-date window,
@@ -93,8 +105,10 @@ def held_out(rl: list[dict], sft: list[dict], n: int, task: str) -> tuple[list[d
     by construction (the RL prompts are), from the SFT problems by the check, from what RL
     trains on by the split: a learning rate chosen on it is chosen on no test or training
     problem."""
+
     def key(r: dict) -> str:
         return r.get("problem") or r["prompt"]
+
     seen = {key(r) for r in sft}
     val: list[int] = []
     for i in range(len(rl) - 1, -1, -1):
@@ -103,12 +117,13 @@ def held_out(rl: list[dict], sft: list[dict], n: int, task: str) -> tuple[list[d
         if key(rl[i]) not in seen:
             val.append(i)
     if len(val) < n:
-        raise DataError(f"{task}: val_n={n} asks for more validation problems than the "
-                        f"{len(rl)} RL prompts outside the SFT set give ({len(val)}); lower it "
-                        "or raise rl_n")
+        raise DataError(
+            f"{task}: val_n={n} asks for more validation problems than the "
+            f"{len(rl)} RL prompts outside the SFT set give ({len(val)}); lower it "
+            "or raise rl_n"
+        )
     out = set(val)
-    return ([r for i, r in enumerate(rl) if i not in out],
-            [rl[i] for i in sorted(val)])
+    return ([r for i, r in enumerate(rl) if i not in out], [rl[i] for i in sorted(val)])
 
 
 def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
@@ -118,11 +133,15 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
         real = getattr(cfg.files, task)
         for part in ("sft", "rl", "test"):
             source = getattr(real, part)
-            files[f"{task}_{part}"] = (loaded(task, source, real.limit, real.load_kwargs(part),
-                                              part) if source else generated(task, part, cfg))
+            files[f"{task}_{part}"] = (
+                loaded(task, source, real.limit, real.load_kwargs(part), part)
+                if source
+                else generated(task, part, cfg)
+            )
         if cfg.val_n and task in cfg.val_tasks:
             files[f"{task}_rl"], files[f"{task}_val"] = held_out(
-                files[f"{task}_rl"], files[f"{task}_sft"], cfg.val_n, task)
+                files[f"{task}_rl"], files[f"{task}_sft"], cfg.val_n, task
+            )
     paths = {}
     for name, recs in files.items():
         paths[name] = out / f"{name}.jsonl"
@@ -131,8 +150,11 @@ def generate(cfg: DataGenConfig) -> dict[str, pathlib.Path]:
 
 
 def parser():
-    return config_parser("Write the task data: generated problems, or real files read by each "
-                         "benchmark's loader.", "python -m pipeline.data", DataGenConfig)
+    return config_parser(
+        "Write the task data: generated problems, or real files read by each benchmark's loader.",
+        "python -m pipeline.data",
+        DataGenConfig,
+    )
 
 
 def main(argv=None):

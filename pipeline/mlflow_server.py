@@ -58,8 +58,9 @@ def _default_allowed_hosts(host: str) -> str | None:
     from mlflow.server.security_utils import get_default_allowed_hosts
 
     names = {socket.gethostname(), socket.getfqdn(), host} - {"", "0.0.0.0", "::"}
-    return ",".join([*get_default_allowed_hosts(), *sorted(names),
-                     *(f"{n}:*" for n in sorted(names))])
+    return ",".join(
+        [*get_default_allowed_hosts(), *sorted(names), *(f"{n}:*" for n in sorted(names))]
+    )
 
 
 def _healthy(url: str) -> bool:
@@ -82,46 +83,82 @@ def _wait_healthy(proc, health: str, timeout: float, log) -> None:
     deadline = time.monotonic() + timeout
     while not _healthy(health):
         if proc.poll() is not None:
-            raise ServerError(f"mlflow server exited with code {proc.returncode} before "
-                              f"answering on {health}{_last_line(log)}")
+            raise ServerError(
+                f"mlflow server exited with code {proc.returncode} before "
+                f"answering on {health}{_last_line(log)}"
+            )
         if time.monotonic() > deadline:
             raise ServerError(f"mlflow server did not answer on {health} within {timeout:.0f} s")
         time.sleep(0.3)
 
 
-def server_command(backend_store_uri: str, artifacts_destination: str, host: str, port: int,
-                   workers: int, allowed_hosts: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
-           "--serve-artifacts", "--artifacts-destination", artifacts_destination,
-           "--host", host, "--port", str(port), "--workers", str(workers)]
+def server_command(
+    backend_store_uri: str,
+    artifacts_destination: str,
+    host: str,
+    port: int,
+    workers: int,
+    allowed_hosts: str | None = None,
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        backend_store_uri,
+        "--serve-artifacts",
+        "--artifacts-destination",
+        artifacts_destination,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
     allowed = allowed_hosts or _default_allowed_hosts(host)
     return cmd + (["--allowed-hosts", allowed] if allowed else [])
 
 
-def start(backend_store_uri: str = "sqlite:///results/mlflow-server.db",
-          artifacts_destination: str = "results/mlartifacts", host: str = "127.0.0.1",
-          port: int = 5000, workers: int = 4, allowed_hosts: str | None = None,
-          log: str | None = None, timeout: float = 120.0):
+def start(
+    backend_store_uri: str = "sqlite:///results/mlflow-server.db",
+    artifacts_destination: str = "results/mlartifacts",
+    host: str = "127.0.0.1",
+    port: int = 5000,
+    workers: int = 4,
+    allowed_hosts: str | None = None,
+    log: str | None = None,
+    timeout: float = 120.0,
+):
     """Start `mlflow server` and wait until /health answers. Returns (process, tracking URI);
     stop it with `stop(process)`. `log`: a file for the server's output (default: ours).
     Raises ServerError when the port is taken or the server exits or stays silent."""
     if not _port_free(host, port):
-        raise ServerError(f"port {port} on {host} is already in use (another server?); "
-                          "pick another with --port")
+        raise ServerError(
+            f"port {port} on {host} is already in use (another server?); pick another with --port"
+        )
     if backend_store_uri.startswith("sqlite:///"):
-        parent = os.path.dirname(backend_store_uri[len("sqlite:///"):])
+        parent = os.path.dirname(backend_store_uri[len("sqlite:///") :])
         os.makedirs(parent or ".", exist_ok=True)
     if "://" not in artifacts_destination:
         os.makedirs(artifacts_destination, exist_ok=True)
-    cmd = server_command(backend_store_uri, artifacts_destination, host, port, workers,
-                         allowed_hosts)
+    cmd = server_command(
+        backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts
+    )
     out = open(log, "ab") if log else None
     try:
         # the server's background job runner (GenAI scorers; 7 processes) is not needed for
         # tracking and slows the start: off unless MLFLOW_SERVER_ENABLE_JOB_EXECUTION says so
         env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
     finally:
         if out:
             out.close()
@@ -177,22 +214,39 @@ def parser():
     from pipeline._cli import Parser
 
     ap = Parser("python -m pipeline.mlflow_server", __doc__.splitlines()[0])
-    ap.add_argument("--backend-store-uri", default="sqlite:///results/mlflow-server.db",
-                    help="the server's store; on a cluster postgresql://USER:PASS@DBHOST/DB "
-                    "(default: %(default)s)")
-    ap.add_argument("--artifacts-destination", default="results/mlartifacts",
-                    help="where logged artifacts go (a folder or s3://...; default: %(default)s)")
-    ap.add_argument("--host", default="127.0.0.1",
-                    help="interface to bind; 0.0.0.0 for other machines (default: %(default)s)")
+    ap.add_argument(
+        "--backend-store-uri",
+        default="sqlite:///results/mlflow-server.db",
+        help="the server's store; on a cluster postgresql://USER:PASS@DBHOST/DB "
+        "(default: %(default)s)",
+    )
+    ap.add_argument(
+        "--artifacts-destination",
+        default="results/mlartifacts",
+        help="where logged artifacts go (a folder or s3://...; default: %(default)s)",
+    )
+    ap.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind; 0.0.0.0 for other machines (default: %(default)s)",
+    )
     ap.add_argument("--port", type=int, default=5000, help="(default: %(default)s)")
-    ap.add_argument("--workers", type=int, default=4,
-                    help="server worker processes (default: %(default)s)")
-    ap.add_argument("--allowed-hosts", default=None,
-                    help="Host headers the server accepts (default: localhost, private IPs and, "
-                    "beyond loopback, this machine's names)")
+    ap.add_argument(
+        "--workers", type=int, default=4, help="server worker processes (default: %(default)s)"
+    )
+    ap.add_argument(
+        "--allowed-hosts",
+        default=None,
+        help="Host headers the server accepts (default: localhost, private IPs and, "
+        "beyond loopback, this machine's names)",
+    )
     ap.add_argument("--log", default=None, help="file for the server's output (default: here)")
-    ap.add_argument("--timeout", type=float, default=120.0,
-                    help="seconds to wait for the server to answer (default: %(default)s)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the server to answer (default: %(default)s)",
+    )
     return ap
 
 
@@ -205,11 +259,22 @@ def main(argv=None) -> int:
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     proc = None
     try:
-        proc, uri = start(args.backend_store_uri, args.artifacts_destination, args.host,
-                          args.port, args.workers, args.allowed_hosts, args.log, args.timeout)
-        print(f"MLflow tracking server at {uri} (store {args.backend_store_uri}); point the "
-              f"stages at it with --tracking-uri {uri}, MLFLOW_TRACKING_URI={uri} or the "
-              f"workflow config's tracking: {{uri: {uri}}}. Ctrl-C stops it.", flush=True)
+        proc, uri = start(
+            args.backend_store_uri,
+            args.artifacts_destination,
+            args.host,
+            args.port,
+            args.workers,
+            args.allowed_hosts,
+            args.log,
+            args.timeout,
+        )
+        print(
+            f"MLflow tracking server at {uri} (store {args.backend_store_uri}); point the "
+            f"stages at it with --tracking-uri {uri}, MLFLOW_TRACKING_URI={uri} or the "
+            f"workflow config's tracking: {{uri: {uri}}}. Ctrl-C stops it.",
+            flush=True,
+        )
         code = proc.wait()
         print(f"error: mlflow server exited on its own with code {code}", file=sys.stderr)
         return 1

@@ -16,8 +16,11 @@ from pipeline._cli import add_tracking_flags, config_parser, load_config, run, t
 
 
 def parser():
-    ap = config_parser("Cold-start supervised fine-tuning on worked solutions.",
-                       "python -m pipeline.sft", SFTConfig)
+    ap = config_parser(
+        "Cold-start supervised fine-tuning on worked solutions.",
+        "python -m pipeline.sft",
+        SFTConfig,
+    )
     add_tracking_flags(ap)
     return ap
 

@@ -33,8 +33,14 @@ def parser():
     ap.add_argument("--run-dir", required=True, help="the run's folder (SFT or RL out_dir)")
     ap.add_argument("--variant", required=True, help="the compared run's name ('sft' for SFT)")
     ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--eval", dest="evals", action="append", default=[], metavar="BUDGET=DIR",
-                    help="an evaluated model of the run; repeatable")
+    ap.add_argument(
+        "--eval",
+        dest="evals",
+        action="append",
+        default=[],
+        metavar="BUDGET=DIR",
+        help="an evaluated model of the run; repeatable",
+    )
     ap.add_argument("--out", required=True, help="JSON record of the MLflow run ids")
     add_tracking_flags(ap)
     return ap
@@ -43,8 +49,9 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     points = [_point(e) for e in args.evals]
-    record = record_evaluations(args.run_dir, points, tracking=tracking_of(args),
-                                variant=args.variant, seed=args.seed)
+    record = record_evaluations(
+        args.run_dir, points, tracking=tracking_of(args), variant=args.variant, seed=args.seed
+    )
     write_json(args.out, record)
     print(f"{len(record['eval_runs'])} evaluations recorded for {args.variant}-seed{args.seed}")
 

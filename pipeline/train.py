@@ -23,11 +23,17 @@ from pipeline._cli import add_tracking_flags, config_parser, load_config, run, t
 
 
 def parser():
-    ap = config_parser("RL training with GRPO, GSPO, GSPO-token or another registered objective.",
-                       "python -m pipeline.train", RLConfig)
-    ap.add_argument("--restart-if-changed", action="store_true",
-                    help="start over when out_dir holds a run of another config or starting "
-                    "model (default: resume, or stop with an error if the config differs)")
+    ap = config_parser(
+        "RL training with GRPO, GSPO, GSPO-token or another registered objective.",
+        "python -m pipeline.train",
+        RLConfig,
+    )
+    ap.add_argument(
+        "--restart-if-changed",
+        action="store_true",
+        help="start over when out_dir holds a run of another config or starting "
+        "model (default: resume, or stop with an error if the config differs)",
+    )
     add_tracking_flags(ap)
     return ap
 
@@ -40,13 +46,20 @@ def main(argv=None):
     cfg = load_config(RLConfig, args)
     reward_fn = functools.partial(rewards, workers=cfg.reward_workers)
     world = dist.init(cfg.device)
-    if cfg.engine == "trl":    # TRL's GRPOTrainer (gspo.engines.trl.rl), DDP on several ranks
+    if cfg.engine == "trl":  # TRL's GRPOTrainer (gspo.engines.trl.rl), DDP on several ranks
         from gspo.engines.trl.rl import run_rl
-    elif cfg.engine == "verl":   # collect the run verl's trainer finished (gspo.engines.verl.collect)
+    elif (
+        cfg.engine == "verl"
+    ):  # collect the run verl's trainer finished (gspo.engines.verl.collect)
         from gspo.engines.verl.collect import run_rl
     try:
-        model = run_rl(cfg, reward_fn, tracking=tracking_of(args),
-                       restart_if_changed=args.restart_if_changed, world=world)
+        model = run_rl(
+            cfg,
+            reward_fn,
+            tracking=tracking_of(args),
+            restart_if_changed=args.restart_if_changed,
+            world=world,
+        )
     finally:
         dist.close(world)
     if world.main:

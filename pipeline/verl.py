@@ -18,12 +18,15 @@ from gspo.engines.verl import job as verl_engine
 from gspo.native.data import Mix
 from pipeline._cli import config_parser, load_config, run
 
-PROMPT_MARGIN = 32   # tokens over the longest rendered prompt: verl renders the template itself
+PROMPT_MARGIN = 32  # tokens over the longest rendered prompt: verl renders the template itself
 
 
 def parser():
-    return config_parser("Write the job verl's trainer runs for an engine: verl RL config.",
-                         "python -m pipeline.verl", RLConfig)
+    return config_parser(
+        "Write the job verl's trainer runs for an engine: verl RL config.",
+        "python -m pipeline.verl",
+        RLConfig,
+    )
 
 
 def main(argv=None):
@@ -36,8 +39,11 @@ def main(argv=None):
     verl_engine.check(cfg)
     job = pathlib.Path(cfg.out_dir) / verl_engine.JOB
     mix = Mix(cfg.train_data)
-    records = [r for step in range(cfg.steps)
-               for r in mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)]
+    records = [
+        r
+        for step in range(cfg.steps)
+        for r in mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step)
+    ]
     codec = Codec(AutoTokenizer.from_pretrained(cfg.model), cfg.prompt, where=cfg.model)
     longest = max(len(codec.prompt(r["prompt"])) for r in records)
     for_verl.write_parquet(records, job / "train.parquet", system=cfg.prompt.system)

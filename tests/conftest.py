@@ -26,8 +26,9 @@ def prefetched(request, tmp_path_factory):
     fixture calls `prefetched(name)` to wait for its result."""
     from prefetch import BUILDERS, Background
 
-    names = dict.fromkeys(name for item in request.session.items for name in BUILDERS
-                          if name in item.fixturenames)     # in the order tests first need them
+    names = dict.fromkeys(
+        name for item in request.session.items for name in BUILDERS if name in item.fixturenames
+    )  # in the order tests first need them
     background = Background(tmp_path_factory.getbasetemp() / "prefetch", list(names))
     yield background.result
     background.stop()
@@ -65,8 +66,10 @@ def toy_data(tmp_path_factory):
     from gspo.io import write_jsonl
 
     d = tmp_path_factory.mktemp("toy_data")
-    write_jsonl(aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
-                d / "train.jsonl")
+    write_jsonl(
+        aime.generate(40, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
+        d / "train.jsonl",
+    )
     return d
 
 
@@ -78,10 +81,19 @@ def toy_sft_model(toy_data, tmp_path_factory):
     from gspo.native.sft import run_sft
 
     out = tmp_path_factory.mktemp("toy_sft")
-    cfg = SFTConfig(model="tiny", out_dir=str(out), steps=100, batch_size=16, lr=1e-2,
-                    warmup_steps=5, train_data=[DataSource(str(toy_data / "train.jsonl"))],
-                    eval_data=str(toy_data / "train.jsonl"), eval_problems=8, eval_every=0,
-                    threads=1)
+    cfg = SFTConfig(
+        model="tiny",
+        out_dir=str(out),
+        steps=100,
+        batch_size=16,
+        lr=1e-2,
+        warmup_steps=5,
+        train_data=[DataSource(str(toy_data / "train.jsonl"))],
+        eval_data=str(toy_data / "train.jsonl"),
+        eval_problems=8,
+        eval_every=0,
+        threads=1,
+    )
     return run_sft(cfg, reward)
 
 

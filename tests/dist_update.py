@@ -23,10 +23,18 @@ from gspo.native.trainer import Trainer
 
 def fixed_batch(vocab: int, n: int = 8):
     g = torch.Generator().manual_seed(1234)
-    prompts = [torch.randint(4, vocab, (int(torch.randint(3, 7, (1,), generator=g)),),
-                             generator=g).tolist() for _ in range(n)]
-    responses = [torch.randint(4, vocab, (int(torch.randint(2, 9, (1,), generator=g)),),
-                               generator=g).tolist() for _ in range(n)]
+    prompts = [
+        torch.randint(
+            4, vocab, (int(torch.randint(3, 7, (1,), generator=g)),), generator=g
+        ).tolist()
+        for _ in range(n)
+    ]
+    responses = [
+        torch.randint(
+            4, vocab, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g
+        ).tolist()
+        for _ in range(n)
+    ]
     batch = pad_batch(prompts, responses, 0)
     adv = torch.randn(n, generator=g)
     noise = 0.05 * torch.randn(batch["target_mask"].shape, generator=g)
@@ -46,6 +54,7 @@ def spy_on_weight_reads() -> list[str]:
         def spy(path, *args, _real=real, **kw):
             opened.append(str(path))
             return _real(path, *args, **kw)
+
         mod.safe_open = spy
     return opened
 
@@ -70,8 +79,11 @@ def one_writer_per_node(policy, world, out) -> list[dict]:
         return d
 
     def read(path):
-        seen.update(path=path, folders=len(list(root.iterdir())),
-                    tensors=len(load_file(f"{path}/model.safetensors")))
+        seen.update(
+            path=path,
+            folders=len(list(root.iterdir())),
+            tensors=len(load_file(f"{path}/model.safetensors")),
+        )
 
     dist.node_shared_folder(world, write, read)
     dist.barrier(world)
@@ -85,8 +97,9 @@ def one_writer_per_node(policy, world, out) -> list[dict]:
         failed = None
     except RuntimeError as e:
         failed = str(e)
-    return dist.gather_objects([{"kept": len(kept), "seen": seen, "after": after,
-                                 "failed": failed}], world)
+    return dist.gather_objects(
+        [{"kept": len(kept), "seen": seen, "after": after, "failed": failed}], world
+    )
 
 
 def main(model_dir, data, out):
@@ -95,10 +108,19 @@ def main(model_dir, data, out):
     opened = spy_on_weight_reads()
     for algorithm in ("grpo", "gspo", "gspo_token"):
         for agg in AGGS:
-            cfg = RLConfig(algorithm=algorithm, agg=agg, model=model_dir,
-                           out_dir=f"{out}/run-{algorithm}-{agg}-rank{world.rank}",
-                           train_data=[DataSource(data)], prompts_per_step=2, group_size=4,
-                           minibatches=2, micro_batch_size=1, lr=1e-2, threads=1)
+            cfg = RLConfig(
+                algorithm=algorithm,
+                agg=agg,
+                model=model_dir,
+                out_dir=f"{out}/run-{algorithm}-{agg}-rank{world.rank}",
+                train_data=[DataSource(data)],
+                prompts_per_step=2,
+                group_size=4,
+                minibatches=2,
+                micro_batch_size=1,
+                lr=1e-2,
+                threads=1,
+            )
             tr = Trainer(cfg, lambda recs, texts: [0.0] * len(texts), world)
             batch, adv, noise = fixed_batch(len(tr.tok))
             share = 8 // world.size
@@ -107,21 +129,34 @@ def main(model_dir, data, out):
             # old log-probs a little off the policy's own, so ratios differ from 1 and clip
             old = tr.old_logprobs(local)[0] + noise[rows] * local["target_mask"]
             upd, skipped, _ = tr.update(local, old, adv[rows], step=0, rows=rows)
-            params = {k: v.detach().clone() for k, v in dist.full_state_dict(tr.policy, world).items()}
+            params = {
+                k: v.detach().clone() for k, v in dist.full_state_dict(tr.policy, world).items()
+            }
             if world.main:
-                torch.save({"params": params, "metrics": upd, "skipped": skipped},
-                           f"{out}/{algorithm}-{agg}.pt")
+                torch.save(
+                    {"params": params, "metrics": upd, "skipped": skipped},
+                    f"{out}/{algorithm}-{agg}.pt",
+                )
             if world.distributed and (algorithm, agg) == ("grpo", AGGS[0]):
                 # the engine sync's gather: one tensor at a time, to host memory, cast
                 half = dist.full_state_dict(tr.policy, world, dtype=torch.bfloat16)
                 shared = one_writer_per_node(tr.policy, world, out)
                 if world.main:
-                    torch.save({"half": half, "params": params, "shared": shared},
-                               f"{out}/sync.pt")
+                    torch.save({"half": half, "params": params, "shared": shared}, f"{out}/sync.pt")
     # the KL penalty's reference model, sharded as the policy is
-    cfg = RLConfig(algorithm="gspo", model=model_dir, out_dir=f"{out}/run-kl-rank{world.rank}",
-                   train_data=[DataSource(data)], prompts_per_step=2, group_size=4,
-                   minibatches=2, micro_batch_size=1, lr=1e-2, threads=1, kl_coef=0.5)
+    cfg = RLConfig(
+        algorithm="gspo",
+        model=model_dir,
+        out_dir=f"{out}/run-kl-rank{world.rank}",
+        train_data=[DataSource(data)],
+        prompts_per_step=2,
+        group_size=4,
+        minibatches=2,
+        micro_batch_size=1,
+        lr=1e-2,
+        threads=1,
+        kl_coef=0.5,
+    )
     tr = Trainer(cfg, lambda recs, texts: [0.0] * len(texts), world)
     local = {k: v[rows] for k, v in batch.items()}
     old = tr.old_logprobs(local)[0] + noise[rows] * local["target_mask"]
@@ -138,7 +173,7 @@ def main(model_dir, data, out):
     greedy = {}
     for n_prompts in (5, 1):
         share = -(-n_prompts // world.size)
-        mine = prompts[:n_prompts][world.rank * share:(world.rank + 1) * share]
+        mine = prompts[:n_prompts][world.rank * share : (world.rank + 1) * share]
         outs = greedy_decode(tr.policy, mine, 12, [tr.tok.eos_token_id], world)
         greedy[n_prompts] = dist.gather_objects(outs, world)
     reads = dist.gather_objects([opened], world)

@@ -52,8 +52,12 @@ def _moe_ablation(d: pathlib.Path):
 
 
 # fixture name -> builder(empty folder) -> a JSON value (the fixture turns it back into paths)
-BUILDERS = {"smoke": _smoke, "rehearsal": _rehearsal, "shrunk_zoo": _shrunk_zoo,
-            "moe_ablation": _moe_ablation}
+BUILDERS = {
+    "smoke": _smoke,
+    "rehearsal": _rehearsal,
+    "shrunk_zoo": _shrunk_zoo,
+    "moe_ablation": _moe_ablation,
+}
 
 
 def _alive(pid: int) -> bool:
@@ -75,10 +79,13 @@ class Background:
         # sh starts the builder in the background and exits: the builder is re-parented away
         # from pytest, in sh's new process group (no job control in a script), kept for stop().
         launch = '"$0" "$@" </dev/null >"$3/log" 2>&1 & echo $!'
-        sh = subprocess.Popen(["sh", "-c", launch, sys.executable, __file__, str(os.getpid()),
-                               str(root), *names],
-                              start_new_session=True, stdout=subprocess.PIPE, text=True)
-        self.pid, self.pgid = int(sh.communicate()[0]), sh.pid     # sh led the new group
+        sh = subprocess.Popen(
+            ["sh", "-c", launch, sys.executable, __file__, str(os.getpid()), str(root), *names],
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.pid, self.pgid = int(sh.communicate()[0]), sh.pid  # sh led the new group
 
     def result(self, name: str, timeout: float = 3600.0):
         import pytest
@@ -89,8 +96,9 @@ class Background:
         while not path.exists():
             if not _alive(self.pid) or time.monotonic() > deadline:
                 log = (self.root / "log").read_text()[-4000:]
-                pytest.fail(f"the background build of {name} gave no result; its log:\n{log}",
-                            pytrace=False)
+                pytest.fail(
+                    f"the background build of {name} gave no result; its log:\n{log}", pytrace=False
+                )
             time.sleep(0.5)
         rec = json.loads(path.read_text())
         if "error" in rec:
@@ -101,7 +109,7 @@ class Background:
         """Ends a build the session no longer waits for (a -x stop, an interrupt)."""
         if self.pid is None or not _alive(self.pid):
             return
-        os.killpg(self.pgid, signal.SIGTERM)       # snakemake stops its jobs on SIGTERM
+        os.killpg(self.pgid, signal.SIGTERM)  # snakemake stops its jobs on SIGTERM
         deadline = time.monotonic() + 20
         while _alive(self.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -112,7 +120,7 @@ class Background:
 def _orphaned(pytest_pid: int):
     while _alive(pytest_pid):
         time.sleep(1)
-    os.killpg(0, signal.SIGTERM)        # this builder, snakemake and its jobs
+    os.killpg(0, signal.SIGTERM)  # this builder, snakemake and its jobs
 
 
 def main(pytest_pid: int, root: pathlib.Path, names: list[str]):
@@ -122,11 +130,11 @@ def main(pytest_pid: int, root: pathlib.Path, names: list[str]):
             d = root / name
             d.mkdir()
             rec = {"value": BUILDERS[name](d)}
-        except BaseException:       # the waiting fixture reports it, as if it had built it itself
+        except BaseException:  # the waiting fixture reports it, as if it had built it itself
             rec = {"error": traceback.format_exc()}
         tmp = root / f".{name}.json"
         tmp.write_text(json.dumps(rec))
-        tmp.rename(root / f"{name}.json")      # whole, or not there
+        tmp.rename(root / f"{name}.json")  # whole, or not there
 
 
 if __name__ == "__main__":

@@ -38,15 +38,32 @@ from pipeline import (
 from pipeline.report import __main__ as report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-STAGES = {"pipeline.data": data, "pipeline.sft": sft, "pipeline.train": train,
-          "pipeline.verl": verl, "pipeline.evaluate": evaluate, "pipeline.track": track,
-          "pipeline.aggregate": aggregate, "pipeline.report": report,
-          "pipeline.memory_plan": memory_plan, "pipeline.mlflow_server": mlflow_server,
-          "pipeline.select": select}
-CONFIG_OF = {"pipeline.data": DataGenConfig, "pipeline.sft": SFTConfig, "pipeline.train": RLConfig,
-             "pipeline.verl": RLConfig, "pipeline.evaluate": EvalConfig}
-DOCS = [ROOT / "README.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-        *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+STAGES = {
+    "pipeline.data": data,
+    "pipeline.sft": sft,
+    "pipeline.train": train,
+    "pipeline.verl": verl,
+    "pipeline.evaluate": evaluate,
+    "pipeline.track": track,
+    "pipeline.aggregate": aggregate,
+    "pipeline.report": report,
+    "pipeline.memory_plan": memory_plan,
+    "pipeline.mlflow_server": mlflow_server,
+    "pipeline.select": select,
+}
+CONFIG_OF = {
+    "pipeline.data": DataGenConfig,
+    "pipeline.sft": SFTConfig,
+    "pipeline.train": RLConfig,
+    "pipeline.verl": RLConfig,
+    "pipeline.evaluate": EvalConfig,
+}
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "config" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "workflow" / "rules").glob("*.smk")),
+]
 
 
 def test_the_project_has_one_version_and_every_stage_prints_it(capsys):
@@ -83,10 +100,16 @@ def test_a_bad_flag_is_one_line_and_exit_status_2_for_every_stage(capsys):
         assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), name
 
 
-@pytest.mark.parametrize("error, code", [
-    (ConfigError("rl.yaml: lr: expected a number"), 2), (DataError("a.jsonl:3: no prompt"), 2),
-    (FileNotFoundError("missing.yaml"), 2), (TrainingError("3 non-finite updates\nin a row"), 1),
-    (SandboxUnavailable("cannot isolate untrusted code"), 1)])
+@pytest.mark.parametrize(
+    "error, code",
+    [
+        (ConfigError("rl.yaml: lr: expected a number"), 2),
+        (DataError("a.jsonl:3: no prompt"), 2),
+        (FileNotFoundError("missing.yaml"), 2),
+        (TrainingError("3 non-finite updates\nin a row"), 1),
+        (SandboxUnavailable("cannot isolate untrusted code"), 1),
+    ],
+)
 def test_known_errors_are_one_line_exit_2_for_bad_input_and_1_for_a_failed_run(capsys, error, code):
     def main(argv):
         raise error
@@ -109,18 +132,26 @@ def test_a_stage_exits_with_what_its_main_returns_and_a_bug_keeps_its_traceback(
 def test_every_stage_module_has_a_parser_and_runs_main_through_the_shared_cli():
     for name, module in STAGES.items():
         tree = ast.parse(pathlib.Path(module.__file__).read_text())
-        mains = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        mains = [
+            n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)
+        ]
         assert len(mains) == 1 and "run(main)" in ast.unparse(mains[0]), name
 
 
 def test_report_and_aggregate_say_a_missing_file_or_experiment_in_one_line(tmp_path, capsys):
     store = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    for module, argv in ((report, ["--experiment", "x", "--report-config", str(tmp_path / "no.yaml")]),
-                         (aggregate, ["--experiment", "nope", "--tracking-uri", store])):
+    for module, argv in (
+        (report, ["--experiment", "x", "--report-config", str(tmp_path / "no.yaml")]),
+        (aggregate, ["--experiment", "nope", "--tracking-uri", store]),
+    ):
         with pytest.raises(SystemExit) as e:
             _cli.run(module.main, argv)
         err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert e.value.code == 2 and err.startswith("error: ") and ("no.yaml" in err or "'nope'" in err)
+        assert (
+            e.value.code == 2
+            and err.startswith("error: ")
+            and ("no.yaml" in err or "'nope'" in err)
+        )
 
 
 def test_a_stage_run_for_real_prints_its_version_and_a_bad_config_as_one_line(tmp_path):
@@ -128,14 +159,16 @@ def test_a_stage_run_for_real_prints_its_version_and_a_bad_config_as_one_line(tm
     bad.write_text("aime: {test_n: many}\n")
     py = [sys.executable, "-m", "pipeline.data"]
     v = subprocess.run(py + ["--version"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    r = subprocess.run(py + ["--config", str(bad)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        py + ["--config", str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert (v.returncode, v.stdout) == (0, f"gspo-bench {version()}\n")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"error: {bad}: aime.test_n: expected an integer, got 'many'\n"
 
 
 # -- the documented commands ---------------------------------------------------------------------
+
 
 def documented_commands() -> list[tuple[str, str, list[str]]]:
     """(file, stage, argv) of every `-m pipeline.<stage> ...` in the docs and the rules: continued
@@ -165,7 +198,8 @@ def test_every_flag_and_set_key_in_a_documented_command_exists():
             if a == "--set" and i + 1 < len(args) and stage in CONFIG_OF:
                 key = args[i + 1].split("=")[0]
                 if key not in set(_leaves(CONFIG_OF[stage])) | {
-                        f.name for f in dataclasses.fields(CONFIG_OF[stage])}:
+                    f.name for f in dataclasses.fields(CONFIG_OF[stage])
+                }:
                     bad.append(f"{where}: {stage} --set {key}")
     assert not bad, bad
 
@@ -187,14 +221,22 @@ def test_the_hand_run_chain_records_to_one_store_and_experiment_and_its_paths_co
     import yaml
 
     chain = _stages_chain()
-    assert list(chain) == ["pipeline.data", "pipeline.sft", "pipeline.train", "pipeline.evaluate",
-                           "pipeline.track", "pipeline.report"]
+    assert list(chain) == [
+        "pipeline.data",
+        "pipeline.sft",
+        "pipeline.train",
+        "pipeline.evaluate",
+        "pipeline.track",
+        "pipeline.report",
+    ]
     recorders = [chain[s] for s in ("pipeline.sft", "pipeline.train", "pipeline.track")]
-    assert all(a.tracking_uri for a in recorders)       # without a store nothing is recorded
+    assert all(a.tracking_uri for a in recorders)  # without a store nothing is recorded
     assert {a.tracking_uri for a in recorders} == {chain["pipeline.report"].tracking_uri}
     assert {a.experiment for a in recorders} == {chain["pipeline.report"].experiment}
-    cfg = {s: yaml.safe_load((ROOT / chain[f"pipeline.{s}"].config).read_text())
-           for s in ("data", "sft", "train")}
+    cfg = {
+        s: yaml.safe_load((ROOT / chain[f"pipeline.{s}"].config).read_text())
+        for s in ("data", "sft", "train")
+    }
     ev, tr = chain["pipeline.evaluate"], chain["pipeline.track"]
     assert cfg["sft"]["train_data"][0]["path"].startswith(cfg["data"]["out_dir"])
     assert cfg["train"]["model"] == cfg["sft"]["out_dir"] + "/model"
@@ -204,19 +246,26 @@ def test_the_hand_run_chain_records_to_one_store_and_experiment_and_its_paths_co
 
 
 def test_the_docs_name_exactly_the_commands_that_take_the_mlflow_flags():
-    takes = {n for n, m in STAGES.items()
-             if "--tracking-uri" in {s for a in m.parser()._actions for s in a.option_strings}}
+    takes = {
+        n
+        for n, m in STAGES.items()
+        if "--tracking-uri" in {s for a in m.parser()._actions for s in a.option_strings}
+    }
     reads = {n for n in takes if "--run-name" not in m_flags(STAGES[n])}
     for page in ("MLFLOW.md", "STAGES.md"):
         text = " ".join((ROOT / "docs" / page).read_text().split())
-        record = re.search(r"the commands that record runs, (.*?), take `--tracking-uri`", text, re.I)
+        record = re.search(
+            r"the commands that record runs, (.*?), take `--tracking-uri`", text, re.I
+        )
         read = re.search(r"the ones that read a store, (.*?), take", text, re.I)
         assert record and read, page
         assert set(re.findall(r"`(pipeline\.\w+)`", record.group(1))) == takes - reads, page
         assert set(re.findall(r"`(pipeline\.\w+)`", read.group(1))) == reads, page
     assert reads == {"pipeline.aggregate", "pipeline.report"}
     for n in reads:
-        assert "else sqlite:///results/mlflow.db" in " ".join(STAGES[n].parser().format_help().split())
+        assert "else sqlite:///results/mlflow.db" in " ".join(
+            STAGES[n].parser().format_help().split()
+        )
 
 
 def m_flags(module) -> set[str]:
@@ -225,8 +274,11 @@ def m_flags(module) -> set[str]:
 
 def test_a_real_checkpoint_evaluated_by_hand_runs_on_the_gpu_with_vllm_in_bf16():
     """docs/SCALE.md's command for a real checkpoint sets what EvalConfig defaults for the CPU."""
-    cmds = [a for where, s, a in documented_commands()
-            if where == "SCALE.md" and s == "pipeline.evaluate"]
+    cmds = [
+        a
+        for where, s, a in documented_commands()
+        if where == "SCALE.md" and s == "pipeline.evaluate"
+    ]
     assert cmds
     for argv in cmds:
         args = evaluate.parser().parse_args(argv)
@@ -237,15 +289,22 @@ def test_a_real_checkpoint_evaluated_by_hand_runs_on_the_gpu_with_vllm_in_bf16()
 def test_the_architecture_names_every_module_outside_the_benchmarks_that_imports_one():
     from test_layers import imported_modules, modules
 
-    importers = sorted(p.relative_to(ROOT).as_posix()
-                       for p in modules("gspo", "evaluators", "pipeline", "workflow")
-                       if not p.relative_to(ROOT).as_posix().startswith("evaluators/benchmarks/")
-                       and any(m.startswith("evaluators.benchmarks") for _, m in
-                               imported_modules(p.read_text(), str(p))))
+    importers = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in modules("gspo", "evaluators", "pipeline", "workflow")
+        if not p.relative_to(ROOT).as_posix().startswith("evaluators/benchmarks/")
+        and any(
+            m.startswith("evaluators.benchmarks")
+            for _, m in imported_modules(p.read_text(), str(p))
+        )
+    )
     assert importers == ["evaluators/tasks.py", "pipeline/data.py", "pipeline/report/stats.py"]
     text = " ".join((ROOT / "docs" / "ARCHITECTURE.md").read_text().split())
-    claim = re.search(r"Outside `evaluators/benchmarks/` the registry is the one module (.*?)"
-                      r"\(tests/test_cli\.py holds this list\)", text).group(1)
+    claim = re.search(
+        r"Outside `evaluators/benchmarks/` the registry is the one module (.*?)"
+        r"\(tests/test_cli\.py holds this list\)",
+        text,
+    ).group(1)
     assert "but for two: `pipeline/data.py`" in claim and "`pipeline/report/stats.py`" in claim
 
 

@@ -22,23 +22,38 @@ COTS = FIXTURES / "codeforces_cots.parquet"
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
-needs_bwrap = pytest.mark.skipif(sandbox.bwrap_path() is None,
-                                 reason="bubblewrap not installed (apt-get install bubblewrap)")
+needs_bwrap = pytest.mark.skipif(
+    sandbox.bwrap_path() is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
+)
 
 
 def _open_r1_record(**extra):
-    rec = {"id": "1950/A", "contest_id": 1950, "index": "A", "title": "Sum",
-           "description": "Print a+b.", "input_format": "Two integers.", "output_format": "One integer.",
-           "rating": 800, "time_limit": 1.0, "memory_limit": 256, "tags": ["math"],
-           "examples": [{"input": "1 2\n", "output": "3\n"}],
-           "official_tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "-5 5\n", "output": "0\n"},
-                              {"input": "1000000000 1000000000\n", "output": "2000000000\n"}]}
+    rec = {
+        "id": "1950/A",
+        "contest_id": 1950,
+        "index": "A",
+        "title": "Sum",
+        "description": "Print a+b.",
+        "input_format": "Two integers.",
+        "output_format": "One integer.",
+        "rating": 800,
+        "time_limit": 1.0,
+        "memory_limit": 256,
+        "tags": ["math"],
+        "examples": [{"input": "1 2\n", "output": "3\n"}],
+        "official_tests": [
+            {"input": "1 2\n", "output": "3\n"},
+            {"input": "-5 5\n", "output": "0\n"},
+            {"input": "1000000000 1000000000\n", "output": "2000000000\n"},
+        ],
+    }
     rec.update(extra)
     return rec
 
 
 # ---------------------------------------------------------------------------------------------
 # Generator
+
 
 def test_generated_ratings_grow_with_difficulty_and_cover_800_to_3500():
     ratings = [t.rating for t in cf.TEMPLATES]
@@ -69,8 +84,17 @@ def test_generated_problems_are_deterministic_disjoint_and_filterable_by_rating(
 
 def test_generated_records_have_the_open_r1_shape_and_project_fields():
     for r in cf.generate(30, split="train", seed=0):
-        for k in ("id", "task", "prompt", "solution", "contest_id", "rating", "time_limit",
-                  "memory_limit", "tests"):
+        for k in (
+            "id",
+            "task",
+            "prompt",
+            "solution",
+            "contest_id",
+            "rating",
+            "time_limit",
+            "memory_limit",
+            "tests",
+        ):
             assert k in r, k
         assert r["task"] == "cf" and cf.MIN_RATING <= r["rating"] <= cf.MAX_RATING
         assert len(r["prompt"]) < 120 and r["solution"].startswith("```python\n")
@@ -85,7 +109,8 @@ def test_every_template_s_worked_solution_passes_and_a_wrong_constant_fails():
     assert {r["template"] for r in recs} == set(cf.TEMPLATE_NAMES)
     results = cf.score_many(recs, [r["solution"] for r in recs], workers=2)
     assert all(res["passed"] for res in results), [
-        (r["template"], res["verdicts"]) for r, res in zip(recs, results) if not res["passed"]]
+        (r["template"], res["verdicts"]) for r, res in zip(recs, results) if not res["passed"]
+    ]
     assert tasks.reward(recs[0], recs[0]["solution"]) == 1.0
     wrong = [r["solution"].replace("print(", "print(1+") for r in recs]
     assert not any(res["passed"] for res in cf.score_many(recs, wrong, workers=2))
@@ -93,6 +118,7 @@ def test_every_template_s_worked_solution_passes_and_a_wrong_constant_fails():
 
 # ---------------------------------------------------------------------------------------------
 # Loader
+
 
 @needs_bwrap
 def test_the_loader_reads_open_r1_records_and_filters_by_rating(tmp_path):
@@ -107,12 +133,16 @@ def test_the_loader_reads_open_r1_records_and_filters_by_rating(tmp_path):
     assert res["passed"] and res["verdicts"] == ["passed"] * 3
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"rating": "hard"}, "field 'rating' must be a number, got 'hard'"),
-    ({"official_tests": [{"input": "1"}]}, r"tests\[0\] needs string fields"),
-    ({"input_mode": "socket"}, r"field 'input_mode' must be one of \['stdio', 'file'\]"),
-    ({"generated_checker": 7}, "field 'generated_checker' must be a string"),
-], ids=["rating", "test-shape", "input-mode", "checker-type"])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"rating": "hard"}, "field 'rating' must be a number, got 'hard'"),
+        ({"official_tests": [{"input": "1"}]}, r"tests\[0\] needs string fields"),
+        ({"input_mode": "socket"}, r"field 'input_mode' must be one of \['stdio', 'file'\]"),
+        ({"generated_checker": 7}, "field 'generated_checker' must be a string"),
+    ],
+    ids=["rating", "test-shape", "input-mode", "checker-type"],
+)
 def test_bad_records_are_reported_with_file_line_and_field(tmp_path, change, message):
     path = tmp_path / "bad.jsonl"
     rows = [_open_r1_record(), _open_r1_record(**change)]
@@ -135,14 +165,20 @@ def test_a_missing_field_and_a_malformed_line_are_reported(tmp_path):
 
 def test_unusable_rows_are_skipped_and_counted_unless_asked_to_raise(tmp_path, capsys):
     path = tmp_path / "mixed.jsonl"
-    rows = [_open_r1_record(rating=None), _open_r1_record(id="2/B", official_tests=[]),
-            _open_r1_record(id="3/C", interaction_format="interactive"), _open_r1_record(id="4/D"),
-            _open_r1_record(id="5/E", time_limit=None)]
+    rows = [
+        _open_r1_record(rating=None),
+        _open_r1_record(id="2/B", official_tests=[]),
+        _open_r1_record(id="3/C", interaction_format="interactive"),
+        _open_r1_record(id="4/D"),
+        _open_r1_record(id="5/E", time_limit=None),
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [r["id"] for r in cf.load(path)] == ["4/D"]
     err = capsys.readouterr().err.strip()
-    assert err == (f"{path}: skipped 1 rows without a rating; 1 rows without tests; "
-                   "1 rows interactive; 1 rows without a time or memory limit")
+    assert err == (
+        f"{path}: skipped 1 rows without a rating; 1 rows without tests; "
+        "1 rows interactive; 1 rows without a time or memory limit"
+    )
     with pytest.raises(DataError, match=rf"{path}:1: field 'rating' must be a number, got None"):
         cf.load(path, skip_unusable=False)
 
@@ -163,6 +199,7 @@ def test_records_carry_their_checker_and_input_mode_and_interactive_ones_are_ref
 # ---------------------------------------------------------------------------------------------
 # The published layouts (tests/fixtures/codeforces, made by make_fixtures.py)
 
+
 def _plain_types(value) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _plain_types(v) for k, v in value.items())
@@ -175,8 +212,10 @@ def test_the_published_parquet_loads_skipping_and_counting_unusable_rows(capsys)
     recs = cf.load(PROBLEMS)
     assert [r["id"] for r in recs] == ["1900/A", "1900/E", "1900/F"]
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"{PROBLEMS}: skipped 1 rows without a rating; 1 rows interactive; 1 rows "
-                   "without official tests (their generated tests need generated_tests=FOLDER)"]
+    assert err == [
+        f"{PROBLEMS}: skipped 1 rows without a rating; 1 rows interactive; 1 rows "
+        "without official tests (their generated tests need generated_tests=FOLDER)"
+    ]
     a, e, f = recs
     assert a["task"] == "cf" and a["rating"] == 800 and a["memory_limit"] == 256
     assert a["time_limit"] == 1.0 and a["contest_id"] == "1900" and a["tags"] == ["implementation"]
@@ -194,18 +233,22 @@ def test_the_published_parquet_loads_skipping_and_counting_unusable_rows(capsys)
         cf.load(PROBLEMS, skip_unusable=False)
 
 
-@pytest.mark.parametrize("where", [GENERATED, GENERATED / "test_cases_00.parquet"],
-                         ids=["folder", "file"])
+@pytest.mark.parametrize(
+    "where", [GENERATED, GENERATED / "test_cases_00.parquet"], ids=["folder", "file"]
+)
 def test_generated_tests_follow_the_official_ones_in_test_case_order(where, capsys):
     recs = {r["id"]: r for r in cf.load(PROBLEMS, generated_tests=where)}
     assert list(recs) == ["1900/A", "1900/D", "1900/E", "1900/F"]
-    assert capsys.readouterr().err.strip() == (f"{PROBLEMS}: skipped 1 rows without a rating; "
-                                               "1 rows interactive")
+    assert capsys.readouterr().err.strip() == (
+        f"{PROBLEMS}: skipped 1 rows without a rating; 1 rows interactive"
+    )
     assert recs["1900/A"]["tests"][2:] == [{"input": "100 23\n", "output": "123\n"}]
     assert recs["1900/A"]["n_official_tests"] == 2
-    assert recs["1900/D"]["tests"] == [{"input": "1\n", "output": "2\n"},
-                                       {"input": "-4\n", "output": "-8\n"},
-                                       {"input": "7\n", "output": "14\n"}]
+    assert recs["1900/D"]["tests"] == [
+        {"input": "1\n", "output": "2\n"},
+        {"input": "-4\n", "output": "-8\n"},
+        {"input": "7\n", "output": "14\n"},
+    ]
     assert recs["1900/D"]["n_official_tests"] == 0 and len(recs["1900/E"]["tests"]) == 2
     assert json.loads(json.dumps(list(recs.values()))) == list(recs.values())
 
@@ -215,10 +258,15 @@ def test_a_problem_whose_generated_tests_are_missing_from_the_folder_is_skipped(
     folder.mkdir()
     rows = [{"problem_id": "1900/A", "input": "1 1\n", "output": "2\n", "test_case_i": 0}]
     pq.write_table(pa.Table.from_pylist(rows), folder / "part.parquet")
-    assert [r["id"] for r in cf.load(PROBLEMS, generated_tests=folder)] == \
-        ["1900/A", "1900/E", "1900/F"]
+    assert [r["id"] for r in cf.load(PROBLEMS, generated_tests=folder)] == [
+        "1900/A",
+        "1900/E",
+        "1900/F",
+    ]
     assert "1 rows without tests" in capsys.readouterr().err
-    with pytest.raises(DataError, match=rf"^{tmp_path / 'nowhere'}: generated tests folder not found$"):
+    with pytest.raises(
+        DataError, match=rf"^{tmp_path / 'nowhere'}: generated tests folder not found$"
+    ):
         cf.load(PROBLEMS, generated_tests=tmp_path / "nowhere")
 
 
@@ -232,14 +280,20 @@ def test_bad_generated_test_files_are_one_line_naming_the_file(tmp_path):
     assert "\n" not in str(e.value)
     cols = tmp_path / "g2"
     cols.mkdir()
-    pq.write_table(pa.Table.from_pylist([{"problem_id": "1900/A", "input": "1 1\n",
-                                          "test_case_i": 0}]), cols / "t.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([{"problem_id": "1900/A", "input": "1 1\n", "test_case_i": 0}]),
+        cols / "t.parquet",
+    )
     with pytest.raises(DataError, match=r"t\.parquet: missing column 'output'"):
         cf.load(PROBLEMS, generated_tests=cols)
     kind = tmp_path / "g3"
     kind.mkdir()
-    pq.write_table(pa.Table.from_pylist([{"problem_id": "1900/A", "input": "1 1\n", "output": 2,
-                                          "test_case_i": 0}]), kind / "t.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"problem_id": "1900/A", "input": "1 1\n", "output": 2, "test_case_i": 0}]
+        ),
+        kind / "t.parquet",
+    )
     with pytest.raises(DataError, match=r"t\.parquet: column 'output' must be a string, got int64"):
         cf.load(PROBLEMS, generated_tests=kind)
 
@@ -260,7 +314,9 @@ def test_a_published_row_missing_a_column_or_with_a_wrong_type_names_file_row_an
     table = pq.read_table(PROBLEMS)
     missing = tmp_path / "missing.parquet"
     pq.write_table(table.drop_columns(["memory_limit"]), missing)
-    with pytest.raises(DataError, match=rf"^{missing}: row 1: record is missing field 'memory_limit'$"):
+    with pytest.raises(
+        DataError, match=rf"^{missing}: row 1: record is missing field 'memory_limit'$"
+    ):
         cf.load(missing)
     rows = table.to_pylist()
     rows[4]["official_tests"] = [{"input": "1 2\n", "output": None}]
@@ -295,13 +351,16 @@ def test_codeforces_cots_gives_sft_records_with_the_evaluation_prompt(tmp_path, 
     assert [r["id"] for r in recs] == ["1900/A"]
     assert capsys.readouterr().err.strip() == (
         f"{COTS}: skipped 1 rows not finished (finish_reason is not 'stop'); "
-        "1 rows without a ```python block")
+        "1 rows without a ```python block"
+    )
     (sft,) = recs
     assert set(sft) == {"id", "task", "prompt", "solution"} and sft["task"] == "cf"
     problem = cf.load(PROBLEMS, limit=1)[0]
-    assert sft["prompt"] == problem["prompt"]        # SFT trains on the prompt evaluation gives
+    assert sft["prompt"] == problem["prompt"]  # SFT trains on the prompt evaluation gives
     assert sft["solution"].startswith("<think>") and sft["solution"].endswith("```")
-    assert cf.judge.extract_code(sft["solution"]) == "a, b = map(int, input().split())\nprint(a + b)\n"
+    assert (
+        cf.judge.extract_code(sft["solution"]) == "a, b = map(int, input().split())\nprint(a + b)\n"
+    )
     table = pq.read_table(COTS)
     path = tmp_path / "twice.parquet"
     pq.write_table(pa.concat_tables([table, table]), path)
@@ -328,8 +387,11 @@ def test_hub_rows_come_out_as_plain_values(monkeypatch):
     assert rec["tags"] == ["math", "greedy"] and type(rec["tags"]) is list
     assert rec["tests"] == [{"input": "1 2\n", "output": "3\n"}] and type(rec["rating"]) is int
     assert _plain_types(rec)
-    monkeypatch.setattr(datasets, "load_dataset",
-                        lambda name, config=None, split=None: calls.append((name, config, split)) or [])
+    monkeypatch.setattr(
+        datasets,
+        "load_dataset",
+        lambda name, config=None, split=None: calls.append((name, config, split)) or [],
+    )
     assert cf.load_sft("open-r1/codeforces-cots") == []
     assert calls[-1] == ("open-r1/codeforces-cots", "solutions_py", "train")
 
@@ -338,8 +400,9 @@ def test_a_hub_dataset_out_of_reach_is_one_line_saying_what_to_download(monkeypa
     import datasets
 
     def offline(*a, **k):
-        raise ConnectionError("Couldn't reach 'open-r1/codeforces' on the Hub "
-                              "(LocalEntryNotFoundError)\nmore")
+        raise ConnectionError(
+            "Couldn't reach 'open-r1/codeforces' on the Hub (LocalEntryNotFoundError)\nmore"
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(DataError) as e:
@@ -352,8 +415,9 @@ def test_a_hub_dataset_out_of_reach_is_one_line_saying_what_to_download(monkeypa
 
 
 def test_offline_for_real_the_hub_names_give_the_one_line(tmp_path):
-    lines = offline_errors("cf.load('open-r1/codeforces')\ncf.load_sft('open-r1/codeforces-cots')",
-                           tmp_path)
+    lines = offline_errors(
+        "cf.load('open-r1/codeforces')\ncf.load_sft('open-r1/codeforces-cots')", tmp_path
+    )
     assert lines[0].startswith("open-r1/codeforces (split train): not in the local Hugging Face")
     assert lines[1].startswith("open-r1/codeforces-cots (config solutions_py, split train): not in")
 
@@ -361,11 +425,21 @@ def test_offline_for_real_the_hub_names_give_the_one_line(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Scoring
 
-@pytest.mark.parametrize("got,want,same", [
-    ("1 2 3\n", "1\n2\n3", True), ("3", "3.0", True), ("3.0", "3", False), ("0.3333333", "0.333333333", True),
-    ("0.34", "0.333333333", False), ("1e9", "1000000000.0", True), ("YES", "yes", False),
-    ("1 2", "1 2 3", False), ("nan", "1.5", False),
-])
+
+@pytest.mark.parametrize(
+    "got,want,same",
+    [
+        ("1 2 3\n", "1\n2\n3", True),
+        ("3", "3.0", True),
+        ("3.0", "3", False),
+        ("0.3333333", "0.333333333", True),
+        ("0.34", "0.333333333", False),
+        ("1e9", "1000000000.0", True),
+        ("YES", "yes", False),
+        ("1 2", "1 2 3", False),
+        ("nan", "1.5", False),
+    ],
+)
 def test_outputs_are_compared_as_tokens_with_a_float_tolerance(got, want, same):
     assert cf.tokens_match(got, want) is same
 
@@ -387,14 +461,20 @@ def test_the_time_and_memory_limits_come_from_the_record():
 @needs_bwrap
 def test_hostile_programs_never_pass_a_codeforces_problem():
     rec = _open_r1_record()
-    for code in ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "print('Accepted')",
-                 "import os\nos.kill(os.getppid(), 9)", "while True: pass"]:
+    for code in [
+        "import sys\nsys.exit(0)",
+        "import os\nos._exit(0)",
+        "print('Accepted')",
+        "import os\nos.kill(os.getppid(), 9)",
+        "while True: pass",
+    ]:
         res = cf.score(rec, f"```python\n{code}\n```", time_scale=1.0)
         assert not res["passed"] and "passed" not in res["verdicts"], (code, res)
 
 
 # ---------------------------------------------------------------------------------------------
 # Rating estimate
+
 
 def _contestant(rating, problems, rng):
     return [(d, rng.random() < cf.solve_probability(rating, d)) for d in problems]
@@ -434,8 +514,10 @@ def test_all_solved_and_none_solved_give_bounded_estimates():
 
 def test_more_solves_never_lower_the_rating():
     problems = list(range(800, 3600, 100))
-    ratings = [cf.estimate_rating([(d, i < k) for i, d in enumerate(problems)])["rating"]
-               for k in range(len(problems) + 1)]
+    ratings = [
+        cf.estimate_rating([(d, i < k) for i, d in enumerate(problems)])["rating"]
+        for k in range(len(problems) + 1)
+    ]
     assert ratings == sorted(ratings) and ratings[0] < ratings[-1]
 
 
@@ -457,10 +539,11 @@ def test_the_rating_estimate_rejects_empty_input():
 
 
 def test_a_glob_pattern_reads_the_shards_it_matches_in_order(capsys):
-    shards = str(FIXTURES / "codeforces_t*.parquet")          # test then train, sorted by path
+    shards = str(FIXTURES / "codeforces_t*.parquet")  # test then train, sorted by path
     got = cf.load(shards)
-    assert got == cf.load(FIXTURES / "codeforces_test.parquet") + \
-        cf.load(FIXTURES / "codeforces_train.parquet")
+    assert got == cf.load(FIXTURES / "codeforces_test.parquet") + cf.load(
+        FIXTURES / "codeforces_train.parquet"
+    )
     with pytest.raises(DataError, match=r"train-\*.parquet: no files match"):
         cf.load(str(FIXTURES / "train-*.parquet"))
 
@@ -471,10 +554,18 @@ def test_the_data_stage_joins_the_generated_tests_folder_to_rl_and_test_problems
     from gspo.io import read_jsonl
     from pipeline import data
 
-    cfg = DataGenConfig(out_dir=str(tmp_path), tasks=["cf"], files=DataFiles(cf=TaskFiles(
-        sft=str(FIXTURES / "codeforces_cots.parquet"), rl=str(FIXTURES / "codeforces_train.parquet"),
-        test=str(FIXTURES / "codeforces_test.parquet"),
-        generated_tests=str(FIXTURES / "generated_tests"))))
+    cfg = DataGenConfig(
+        out_dir=str(tmp_path),
+        tasks=["cf"],
+        files=DataFiles(
+            cf=TaskFiles(
+                sft=str(FIXTURES / "codeforces_cots.parquet"),
+                rl=str(FIXTURES / "codeforces_train.parquet"),
+                test=str(FIXTURES / "codeforces_test.parquet"),
+                generated_tests=str(FIXTURES / "generated_tests"),
+            )
+        ),
+    )
     paths = data.generate(cfg)
     rl = {r["id"]: r for r in read_jsonl(paths["cf_rl"])}
     assert [t["output"] for t in rl["1900/D"]["tests"]] == ["2\n", "-8\n", "14\n"]
@@ -491,17 +582,24 @@ def test_a_hub_name_as_test_reads_the_split_named_by_test_split(monkeypatch, tmp
 
     asked = []
 
-    def hub(name, config=None, split=None, **kw):      # stands in for the hub: no network here
+    def hub(name, config=None, split=None, **kw):  # stands in for the hub: no network here
         asked.append((name, split))
-        return pq.read_table(FIXTURES / "codeforces_test.parquet").to_pylist() \
-            if split == "test" else []
+        return (
+            pq.read_table(FIXTURES / "codeforces_test.parquet").to_pylist()
+            if split == "test"
+            else []
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", hub)
-    cfg = DataGenConfig(out_dir=str(tmp_path), tasks=["cf"], files=DataFiles(cf=TaskFiles(
-        test="open-r1/codeforces", test_split="test")))
-    assert [r["id"] for r in data.loaded("cf", "open-r1/codeforces", 0,
-                                         cfg.files.cf.load_kwargs("test"))] == \
-        ["2000/A", "2000/B", "2000/C"]
+    cfg = DataGenConfig(
+        out_dir=str(tmp_path),
+        tasks=["cf"],
+        files=DataFiles(cf=TaskFiles(test="open-r1/codeforces", test_split="test")),
+    )
+    assert [
+        r["id"]
+        for r in data.loaded("cf", "open-r1/codeforces", 0, cfg.files.cf.load_kwargs("test"))
+    ] == ["2000/A", "2000/B", "2000/C"]
     assert asked == [("open-r1/codeforces", "test")]
 
 
@@ -520,4 +618,3 @@ def test_the_first_problems_of_a_generated_test_set_are_a_random_sample_of_it():
     assert 0.4 < share(recs) < 0.7
     assert abs(share(recs[:20]) - share(recs)) < 0.2
     assert [r["id"] for r in generated("cf", "test", cfg)] == [r["id"] for r in recs]
-

@@ -23,9 +23,21 @@ from gspo.core.objectives import policy_loss
 B, T = 4, 6
 
 
-def trl_loss(loss_type: str, logp, old, adv, mask, *, eps_low: float, eps_high: float,
-             level: str = "token", max_len: int = T, tau=(1.0, 1.05), is_ratio=None,
-             tmp_path=None):
+def trl_loss(
+    loss_type: str,
+    logp,
+    old,
+    adv,
+    mask,
+    *,
+    eps_low: float,
+    eps_high: float,
+    level: str = "token",
+    max_len: int = T,
+    tau=(1.0, 1.05),
+    is_ratio=None,
+    tmp_path=None,
+):
     """TRL's GRPO loss of `logp` (a leaf) and its metrics: (loss, {metric: value})."""
     from accelerate import Accelerator
     from trl import GRPOConfig
@@ -33,11 +45,21 @@ def trl_loss(loss_type: str, logp, old, adv, mask, *, eps_low: float, eps_high: 
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        args = GRPOConfig(output_dir=str(tmp_path), loss_type=loss_type, epsilon=eps_low,
-                          epsilon_high=eps_high, importance_sampling_level=level,
-                          sapo_temperature_pos=tau[0], sapo_temperature_neg=tau[1], beta=0.0,
-                          report_to=[], use_cpu=True, per_device_train_batch_size=B,
-                          num_generations=2, max_completion_length=max_len)
+        args = GRPOConfig(
+            output_dir=str(tmp_path),
+            loss_type=loss_type,
+            epsilon=eps_low,
+            epsilon_high=eps_high,
+            importance_sampling_level=level,
+            sapo_temperature_pos=tau[0],
+            sapo_temperature_neg=tau[1],
+            beta=0.0,
+            report_to=[],
+            use_cpu=True,
+            per_device_train_batch_size=B,
+            num_generations=2,
+            max_completion_length=max_len,
+        )
     t = object.__new__(GRPOTrainer)
     t.args, t.loss_type, t.importance_sampling_level = args, loss_type, level
     t.epsilon_low, t.epsilon_high, t.beta = eps_low, eps_high, 0.0
@@ -47,17 +69,21 @@ def trl_loss(loss_type: str, logp, old, adv, mask, *, eps_low: float, eps_high: 
     # the rollout correction: TRL multiplies each token's loss by the ratios it computed when it
     # sampled with vLLM; given here, as ours are given to policy_loss
     t.use_vllm = t.vllm_importance_sampling_correction = is_ratio is not None
-    t.model = torch.nn.Identity()                    # .training: True
+    t.model = torch.nn.Identity()  # .training: True
     t.current_gradient_accumulation_steps = 1
     t.accelerator = Accelerator(cpu=True)
     t._metrics = {"train": collections.defaultdict(list), "eval": collections.defaultdict(list)}
     # the model's forward: the log-probs and entropies it would have computed
     t._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp), None)
-    inputs = {"prompt_ids": torch.zeros(B, 1, dtype=torch.long),
-              "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-              "completion_ids": torch.zeros(B, T, dtype=torch.long),
-              "completion_mask": mask.long(), "advantages": adv, "old_per_token_logps": old,
-              "num_items_in_batch": mask.sum()}
+    inputs = {
+        "prompt_ids": torch.zeros(B, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long),
+        "completion_mask": mask.long(),
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "num_items_in_batch": mask.sum(),
+    }
     if is_ratio is not None:
         inputs["importance_sampling_ratio"] = is_ratio
     loss = t._compute_loss(None, inputs)
@@ -91,48 +117,74 @@ def both(batch, tmp_path, ours: dict, trl: dict, noise: float = 0.3):
 
 # objective: (our settings, TRL's settings, TRL's clip-fraction convention: which of ours it is)
 SAME = {
-    "grpo": (dict(objective="grpo", eps_low=0.2, eps_high=0.27),
-             dict(loss_type="grpo", eps_low=0.2, eps_high=0.27), "clip_frac_tokens"),
+    "grpo": (
+        dict(objective="grpo", eps_low=0.2, eps_high=0.27),
+        dict(loss_type="grpo", eps_low=0.2, eps_high=0.27),
+        "clip_frac_tokens",
+    ),
     # GSPO in TRL: sequence-level ratios with loss_type grpo; it counts clipped sequences
-    "gspo": (dict(objective="gspo", eps_low=3e-4, eps_high=4e-4),
-             dict(loss_type="grpo", level="sequence", eps_low=3e-4, eps_high=4e-4),
-             "clip_frac_seqs"),
-    "dapo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
-             dict(loss_type="dapo", eps_low=0.2, eps_high=0.28), "clip_frac_tokens"),
+    "gspo": (
+        dict(objective="gspo", eps_low=3e-4, eps_high=4e-4),
+        dict(loss_type="grpo", level="sequence", eps_low=3e-4, eps_high=4e-4),
+        "clip_frac_seqs",
+    ),
+    "dapo": (
+        dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
+        dict(loss_type="dapo", eps_low=0.2, eps_high=0.28),
+        "clip_frac_tokens",
+    ),
     # token-mean as engine: trl maps it (gspo.engines.trl.rl.LOSS_TYPE): TRL's bnpo, a minibatch's
     # token mean, at token level and at GSPO's sequence level
-    "dapo-bnpo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
-                  dict(loss_type="bnpo", eps_low=0.2, eps_high=0.28), "clip_frac_tokens"),
-    "gspo-bnpo": (dict(objective="gspo", eps_low=3e-4, eps_high=4e-4, agg="token-mean"),
-                  dict(loss_type="bnpo", level="sequence", eps_low=3e-4, eps_high=4e-4),
-                  "clip_frac_seqs"),
+    "dapo-bnpo": (
+        dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
+        dict(loss_type="bnpo", eps_low=0.2, eps_high=0.28),
+        "clip_frac_tokens",
+    ),
+    "gspo-bnpo": (
+        dict(objective="gspo", eps_low=3e-4, eps_high=4e-4, agg="token-mean"),
+        dict(loss_type="bnpo", level="sequence", eps_low=3e-4, eps_high=4e-4),
+        "clip_frac_seqs",
+    ),
     # Dr. GRPO's constant: TRL's max_completion_length, our norm_len
-    "dr_grpo": (dict(objective="dr_grpo", eps_low=0.2, eps_high=0.2,
-                     agg="seq-mean-token-sum-norm", norm_len=T),
-                dict(loss_type="dr_grpo", eps_low=0.2, eps_high=0.2, max_len=T),
-                "clip_frac_tokens"),
+    "dr_grpo": (
+        dict(
+            objective="dr_grpo",
+            eps_low=0.2,
+            eps_high=0.2,
+            agg="seq-mean-token-sum-norm",
+            norm_len=T,
+        ),
+        dict(loss_type="dr_grpo", eps_low=0.2, eps_high=0.2, max_len=T),
+        "clip_frac_tokens",
+    ),
     # CISPO: TRL's epsilon_high is the weight's cap itself (ScaleRL's eps_max), ours the
     # distance above 1 (verl's); no lower bound in TRL, eps_low 1.0 here
-    "cispo": (dict(objective="cispo", eps_low=1.0, eps_high=0.5, agg="token-mean"),
-              dict(loss_type="cispo", eps_low=0.2, eps_high=1.5), None),
+    "cispo": (
+        dict(objective="cispo", eps_low=1.0, eps_high=0.5, agg="token-mean"),
+        dict(loss_type="cispo", eps_low=0.2, eps_high=1.5),
+        None,
+    ),
     # SAPO with temperatures a float32 holds exactly (see the difference below)
-    "sapo": (dict(objective="sapo", tau_pos=1.0, tau_neg=1.25),
-             dict(loss_type="sapo", eps_low=0.2, eps_high=0.2, tau=(1.0, 1.25)), None),
+    "sapo": (
+        dict(objective="sapo", tau_pos=1.0, tau_neg=1.25),
+        dict(loss_type="sapo", eps_low=0.2, eps_high=0.2, tau=(1.0, 1.25)),
+        None,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(SAME))
 def test_the_loss_gradient_and_clip_fraction_equal_trls(batch, tmp_path, name):
     ours, trl, clip_key = SAME[name]
-    noise = 1e-3 if name.startswith("gspo") else 0.3   # GSPO's band is 7e-4 wide: some in, some out
+    noise = 1e-3 if name.startswith("gspo") else 0.3  # GSPO's band is 7e-4 wide: some in, some out
     l_ours, l_trl, g_ours, g_trl, m_ours, m_trl = both(batch, tmp_path, ours, dict(trl), noise)
     assert l_ours == pytest.approx(l_trl, abs=1e-9, rel=1e-9)
     assert torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
-    assert g_ours.abs().max() > 1e-3                   # not vacuous: the loss moves the log-probs
+    assert g_ours.abs().max() > 1e-3  # not vacuous: the loss moves the log-probs
     if clip_key is not None:
         # TRL logs its clip fraction in float32
         assert m_ours[clip_key] == pytest.approx(m_trl["clip_ratio/region_mean"], rel=1e-6)
-        assert 0 < m_ours[clip_key] < 1                # some terms clipped, not all
+        assert 0 < m_ours[clip_key] < 1  # some terms clipped, not all
 
 
 def test_gspos_clip_fraction_is_sequences_in_trl_and_tokens_in_ours_too(batch, tmp_path):
@@ -144,40 +196,46 @@ def test_gspos_clip_fraction_is_sequences_in_trl_and_tokens_in_ours_too(batch, t
     assert m_ours["clip_frac_tokens"] != pytest.approx(m_trl["clip_ratio/region_mean"], rel=1e-3)
 
 
-def test_cispos_upper_bound_means_the_cap_in_trl_and_the_distance_above_1_in_ours(batch,
-                                                                                   tmp_path):
+def test_cispos_upper_bound_means_the_cap_in_trl_and_the_distance_above_1_in_ours(batch, tmp_path):
     ours, _, _ = SAME["cispo"]
-    l_ours, l_trl, *_ = both(batch, tmp_path, ours, dict(loss_type="cispo", eps_low=0.2,
-                                                          eps_high=0.5))
-    assert abs(l_ours - l_trl) > 1e-3          # the same number, two different bounds
+    l_ours, l_trl, *_ = both(
+        batch, tmp_path, ours, dict(loss_type="cispo", eps_low=0.2, eps_high=0.5)
+    )
+    assert abs(l_ours - l_trl) > 1e-3  # the same number, two different bounds
 
 
 def test_sapos_temperatures_are_float32_in_trl(batch, tmp_path):
     # torch.where(advantages > 0, 1.0, 1.05) makes float32 temperatures: 1.05 is not one, so
     # TRL's SAPO differs from the float64 computation at the 1e-8 level
-    l_ours, l_trl, *_ = both(batch, tmp_path, dict(objective="sapo", tau_pos=1.0, tau_neg=1.05),
-                             dict(loss_type="sapo", eps_low=0.2, eps_high=0.2, tau=(1.0, 1.05)))
+    l_ours, l_trl, *_ = both(
+        batch,
+        tmp_path,
+        dict(objective="sapo", tau_pos=1.0, tau_neg=1.05),
+        dict(loss_type="sapo", eps_low=0.2, eps_high=0.2, tau=(1.0, 1.05)),
+    )
     assert 1e-12 < abs(l_ours - l_trl) < 1e-6
 
 
 @pytest.mark.parametrize("change", ["clip bound", "aggregation"])
-def test_the_comparison_fails_when_a_clip_bound_or_the_aggregation_changes(batch, tmp_path,
-                                                                           change):
+def test_the_comparison_fails_when_a_clip_bound_or_the_aggregation_changes(batch, tmp_path, change):
     # negative control: DAPO against TRL's dapo with our upper bound 0.27 instead of 0.28, or
     # our per-sequence mean instead of the token mean; the equality above would not hold
     ours, trl, _ = SAME["dapo"]
-    ours = {**ours, **({"eps_high": 0.27} if change == "clip bound"
-                       else {"agg": "seq-mean-token-mean"})}
+    ours = {
+        **ours,
+        **({"eps_high": 0.27} if change == "clip bound" else {"agg": "seq-mean-token-mean"}),
+    }
     l_ours, l_trl, g_ours, g_trl, m_ours, _ = both(batch, tmp_path, ours, dict(trl))
-    assert m_ours["clip_frac_tokens"] > 0                 # some tokens sit past the upper bound
-    assert abs(l_ours - l_trl) > 1e-6                     # the first assertion above fails
-    if change == "aggregation":                          # and every token's weight changes
+    assert m_ours["clip_frac_tokens"] > 0  # some tokens sit past the upper bound
+    assert abs(l_ours - l_trl) > 1e-6  # the first assertion above fails
+    if change == "aggregation":  # and every token's weight changes
         assert not torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
 
 
 @pytest.mark.parametrize("mode", ["token_truncate", "sequence_mask"])
-def test_the_rollout_correction_weighs_the_loss_as_trls_vllm_importance_sampling(batch, tmp_path,
-                                                                                 mode):
+def test_the_rollout_correction_weighs_the_loss_as_trls_vllm_importance_sampling(
+    batch, tmp_path, mode
+):
     # TRL computes its ratios while sampling (not callable alone); the same weights, ours,
     # enter both losses the same way. Sequence-level ratios are one per sequence in TRL, (B, 1).
     from gspo.core.objectives import rollout_correction
@@ -188,7 +246,8 @@ def test_the_rollout_correction_weighs_the_loss_as_trls_vllm_importance_sampling
     assert 0 < float((w * mask).sum() / mask.sum()) and (w[mask > 0] != 1).any()
     trl_w = w[:, :1] if mode.startswith("sequence") else w
     ours, trl, _ = SAME["dapo"]
-    l_ours, l_trl, g_ours, g_trl, *_ = both(batch, tmp_path, {**ours, "is_weights": w},
-                                            {**trl, "is_ratio": trl_w})
+    l_ours, l_trl, g_ours, g_trl, *_ = both(
+        batch, tmp_path, {**ours, "is_weights": w}, {**trl, "is_ratio": trl_w}
+    )
     assert l_ours == pytest.approx(l_trl, abs=1e-9, rel=1e-9)
     assert torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)

@@ -28,8 +28,8 @@ from gspo.core.objectives import policy_loss, rollout_correction
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VERL_PATH = pathlib.Path(sys.prefix) / "verl-nodeps"
 B, T = 4, 6
-SCALE = 2.0 ** 40          # a power of two: scaling by it is exact in floating point
-OFF = 1e9                  # verl's dual clip bound clip_ratio_c, set where it can never act
+SCALE = 2.0**40  # a power of two: scaling by it is exact in floating point
+OFF = 1e9  # verl's dual clip bound clip_ratio_c, set where it can never act
 
 
 def make_batch(noise: float = 0.3, seed: int = 0):
@@ -51,35 +51,78 @@ def clip(lo, hi, c=OFF, **more):
 # name: (our policy_loss settings, verl's loss_mode, its ActorConfig fields, its loss_agg_mode)
 SAME = {
     # GRPO: verl's vanilla PPO loss, its dual clip off
-    "grpo": (dict(objective="grpo", eps_low=0.2, eps_high=0.27),
-             "vanilla", clip(0.2, 0.27), "seq-mean-token-mean"),
-    "gspo": (dict(objective="gspo", eps_low=3e-4, eps_high=4e-4),
-             "gspo", clip(3e-4, 4e-4), "seq-mean-token-mean"),
+    "grpo": (
+        dict(objective="grpo", eps_low=0.2, eps_high=0.27),
+        "vanilla",
+        clip(0.2, 0.27),
+        "seq-mean-token-mean",
+    ),
+    "gspo": (
+        dict(objective="gspo", eps_low=3e-4, eps_high=4e-4),
+        "gspo",
+        clip(3e-4, 4e-4),
+        "seq-mean-token-mean",
+    ),
     # verl's gspo is written as GSPO-token (sg[s_i] times the token's own ratio): with one
     # advantage per sequence both give GSPO's value and gradient
-    "gspo_token": (dict(objective="gspo_token", eps_low=3e-4, eps_high=4e-4),
-                   "gspo", clip(3e-4, 4e-4), "seq-mean-token-mean"),
-    "dapo": (dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
-             "vanilla", clip(0.2, 0.28), "token-mean"),
+    "gspo_token": (
+        dict(objective="gspo_token", eps_low=3e-4, eps_high=4e-4),
+        "gspo",
+        clip(3e-4, 4e-4),
+        "seq-mean-token-mean",
+    ),
+    "dapo": (
+        dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
+        "vanilla",
+        clip(0.2, 0.28),
+        "token-mean",
+    ),
     # Dr. GRPO's constant: verl's loss_scale_factor, our norm_len
-    "dr_grpo": (dict(objective="dr_grpo", eps_low=0.2, eps_high=0.2,
-                     agg="seq-mean-token-sum-norm", norm_len=T),
-                "vanilla", clip(0.2, 0.2, global_batch_info={"loss_scale_factor": T}),
-                "seq-mean-token-sum-norm"),
-    "grpo-token-sum": (dict(objective="grpo", eps_low=0.2, eps_high=0.27,
-                            agg="seq-mean-token-sum"),
-                       "vanilla", clip(0.2, 0.27), "seq-mean-token-sum"),
+    "dr_grpo": (
+        dict(
+            objective="dr_grpo",
+            eps_low=0.2,
+            eps_high=0.2,
+            agg="seq-mean-token-sum-norm",
+            norm_len=T,
+        ),
+        "vanilla",
+        clip(0.2, 0.2, global_batch_info={"loss_scale_factor": T}),
+        "seq-mean-token-sum-norm",
+    ),
+    "grpo-token-sum": (
+        dict(objective="grpo", eps_low=0.2, eps_high=0.27, agg="seq-mean-token-sum"),
+        "vanilla",
+        clip(0.2, 0.27),
+        "seq-mean-token-sum",
+    ),
     # CISPO: verl's clip_ratio_high is the distance above 1, as ours; the paper's defaults, and
     # a band narrow enough to act on these log-probs
-    "cispo": (dict(objective="cispo", eps_low=1.0, eps_high=4.0, agg="token-mean"),
-              "cispo", clip(1.0, 4.0), "token-mean"),
-    "cispo-narrow": (dict(objective="cispo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
-                     "cispo", clip(0.2, 0.28), "token-mean"),
-    "gmpo": (dict(objective="gmpo", eps_low=0.4, eps_high=0.4),
-             "geo_mean", clip(0.4, 0.4), "seq-mean-token-mean"),
+    "cispo": (
+        dict(objective="cispo", eps_low=1.0, eps_high=4.0, agg="token-mean"),
+        "cispo",
+        clip(1.0, 4.0),
+        "token-mean",
+    ),
+    "cispo-narrow": (
+        dict(objective="cispo", eps_low=0.2, eps_high=0.28, agg="token-mean"),
+        "cispo",
+        clip(0.2, 0.28),
+        "token-mean",
+    ),
+    "gmpo": (
+        dict(objective="gmpo", eps_low=0.4, eps_high=0.4),
+        "geo_mean",
+        clip(0.4, 0.4),
+        "seq-mean-token-mean",
+    ),
     # verl makes SAPO's temperatures tensors of the advantages' dtype: exact in float64
-    "sapo": (dict(objective="sapo", tau_pos=1.0, tau_neg=1.05),
-             "sapo", dict(tau_pos=1.0, tau_neg=1.05), "seq-mean-token-mean"),
+    "sapo": (
+        dict(objective="sapo", tau_pos=1.0, tau_neg=1.05),
+        "sapo",
+        dict(tau_pos=1.0, tau_neg=1.05),
+        "seq-mean-token-mean",
+    ),
 }
 # verl's sequence sums carry no guard, and scaling the mask scales them
 UNGUARDED = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
@@ -87,9 +130,16 @@ UNGUARDED = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 def loss_case(name, mode, config, agg, *, noise=0.3, scaled=False, is_weights=None):
     old, logp, mask, adv = make_batch(noise)
-    case = {"kind": "loss", "mode": mode, "config": config, "agg": agg, "old": old, "logp": logp,
-            "adv": adv[:, None].expand(B, T).contiguous(),
-            "mask": mask * SCALE if scaled else mask.bool()}
+    case = {
+        "kind": "loss",
+        "mode": mode,
+        "config": config,
+        "agg": agg,
+        "old": old,
+        "logp": logp,
+        "adv": adv[:, None].expand(B, T).contiguous(),
+        "mask": mask * SCALE if scaled else mask.bool(),
+    }
     if is_weights is not None:
         case["is_weights"] = is_weights
     return name, case
@@ -104,7 +154,7 @@ def ours(settings: dict, noise=0.3, is_weights=None):
     return float(value.detach()), lp.grad * mask, metrics
 
 
-WEIGHT_MODES = {   # ours: (mode, c_min, c_max); verl: (rollout_is level, threshold)
+WEIGHT_MODES = {  # ours: (mode, c_min, c_max); verl: (rollout_is level, threshold)
     "token_truncate": (("token_truncate", 0.0, 1.5), ("token", 1.5)),
     "sequence_truncate": (("sequence_truncate", 0.0, 2.0), ("sequence", 2.0)),
     "token_mask": (("token_mask", 0.5, 1.5), ("token", "0.5_1.5")),
@@ -126,22 +176,55 @@ def all_cases() -> dict:
         if agg not in UNGUARDED:
             cases.update([loss_case(name + "@scaled", mode, config, agg, scaled=True)])
     # differences of convention and the negative control
-    cases.update([
-        loss_case("grpo-dual-clip", "vanilla", clip(0.2, 0.27, c=3.0), "seq-mean-token-mean",
-                  noise=2.5),
-        loss_case("grpo-dual-clip-off", "vanilla", clip(0.2, 0.27), "seq-mean-token-mean",
-                  noise=2.5, scaled=True),
-        loss_case("sapo-token-mean", "sapo", dict(tau_pos=1.0, tau_neg=1.05), "token-mean",
-                  scaled=True),
-        loss_case("dapo-0.27", "vanilla", clip(0.2, 0.27), "token-mean", scaled=True),
-    ])
+    cases.update(
+        [
+            loss_case(
+                "grpo-dual-clip",
+                "vanilla",
+                clip(0.2, 0.27, c=3.0),
+                "seq-mean-token-mean",
+                noise=2.5,
+            ),
+            loss_case(
+                "grpo-dual-clip-off",
+                "vanilla",
+                clip(0.2, 0.27),
+                "seq-mean-token-mean",
+                noise=2.5,
+                scaled=True,
+            ),
+            loss_case(
+                "sapo-token-mean",
+                "sapo",
+                dict(tau_pos=1.0, tau_neg=1.05),
+                "token-mean",
+                scaled=True,
+            ),
+            loss_case("dapo-0.27", "vanilla", clip(0.2, 0.27), "token-mean", scaled=True),
+        ]
+    )
     old, _, mask, _ = make_batch()
     w = rollout_correction(old, engine_logp(), mask, "token_truncate", 0.0, 1.5)
-    cases.update([loss_case("grpo-corrected", "vanilla", clip(0.2, 0.27), "seq-mean-token-mean",
-                            scaled=True, is_weights=w)])
+    cases.update(
+        [
+            loss_case(
+                "grpo-corrected",
+                "vanilla",
+                clip(0.2, 0.27),
+                "seq-mean-token-mean",
+                scaled=True,
+                is_weights=w,
+            )
+        ]
+    )
     for name, (_, (level, threshold)) in WEIGHT_MODES.items():
-        cases["weights-" + name] = {"kind": "weights", "log_ratio": old - engine_logp(),
-                                    "mask": mask.bool(), "level": level, "threshold": threshold}
+        cases["weights-" + name] = {
+            "kind": "weights",
+            "log_ratio": old - engine_logp(),
+            "mask": mask.bool(),
+            "level": level,
+            "threshold": threshold,
+        }
     return cases
 
 
@@ -151,11 +234,23 @@ def run_verl(cases: dict, tmp: pathlib.Path) -> dict:
         pytest.fail(f"{VERL_PATH}: verl is not installed beside the project; run bash setup.sh")
     torch.save(cases, tmp / "cases.pt")
     # this tree's project after verl's folder: the reward cases import its evaluators
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(VERL_PATH), str(ROOT)]),
-           "RAY_USAGE_STATS_ENABLED": "0"}
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "verl_reference.py"),
-                        str(tmp / "cases.pt"), str(tmp / "out.pt")],
-                       env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(VERL_PATH), str(ROOT)]),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "verl_reference.py"),
+            str(tmp / "cases.pt"),
+            str(tmp / "out.pt"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return torch.load(tmp / "out.pt")
 
@@ -184,8 +279,9 @@ def test_the_loss_gradient_and_clip_fraction_equal_verls(verl, name):
     torch.testing.assert_close(called["grad"] * mask, grad, rtol=0, atol=1e-12)
     if mode in ("vanilla", "gspo", "cispo"):
         # verl's pg_clipfrac: the token-weighted share, clipped tokens counted in float32
-        assert exact["metrics"]["actor/pg_clipfrac"] == pytest.approx(metrics["clip_frac_tokens"],
-                                                                       abs=1e-7)
+        assert exact["metrics"]["actor/pg_clipfrac"] == pytest.approx(
+            metrics["clip_frac_tokens"], abs=1e-7
+        )
     # a comparison that can fail: each case moves the loss off its unclipped value
     assert abs(loss) > 1e-3
 
@@ -197,7 +293,8 @@ def test_a_clip_is_exercised_by_every_clipped_objective():
 
 
 def test_gmpos_clip_fraction_counts_every_bounded_token_in_verl_and_the_pessimistic_ones_in_ours(
-        verl):
+    verl,
+):
     old, logp, mask, adv = make_batch()
     log_ratio = logp - old
     bounded = ((log_ratio < -0.4) | (log_ratio > 0.4)) & (mask > 0)
@@ -242,7 +339,7 @@ def test_the_comparison_fails_when_a_clip_bound_or_the_aggregation_changes(verl)
 def test_a_corrected_loss_equals_verls_given_the_same_weights(verl):
     old, _, mask, _ = make_batch()
     w = rollout_correction(old, engine_logp(), mask, "token_truncate", 0.0, 1.5)
-    assert bool((w[mask > 0] == 1.5).any())          # the truncation acts on this batch
+    assert bool((w[mask > 0] == 1.5).any())  # the truncation acts on this batch
     loss = ours(SAME["grpo"][0], is_weights=w)[0]
     assert abs(float(verl["grpo-corrected"]["loss"]) - loss) <= 1e-12
     assert abs(loss - ours(SAME["grpo"][0])[0]) > 1e-3
@@ -259,4 +356,6 @@ def test_the_rollout_correction_weights_equal_verls(verl, mode):
     torch.testing.assert_close(theirs, w, rtol=1e-15, atol=0)
     valid = w[mask > 0]
     # each mode acts on this batch: something is truncated or zeroed, something is kept
-    assert bool(((valid == c_max) | (valid == 0)).any()) and bool(((valid > 0) & (valid < c_max)).any())
+    assert bool(((valid == c_max) | (valid == 0)).any()) and bool(
+        ((valid > 0) & (valid < c_max)).any()
+    )

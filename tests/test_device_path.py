@@ -13,11 +13,28 @@ from gspo.infra import distributed as dist
 from gspo.native.step_metrics import gap_sums
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-COLLECTIVES = {"all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
-               "broadcast", "broadcast_object_list", "reduce", "reduce_scatter",
-               "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter",
-               "gather_object", "scatter_object_list", "send", "recv", "isend", "irecv",
-               "barrier"}
+COLLECTIVES = {
+    "all_reduce",
+    "all_gather",
+    "all_gather_object",
+    "all_gather_into_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "gather_object",
+    "scatter_object_list",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "barrier",
+}
 
 
 def _direct_collective_calls(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
@@ -37,16 +54,23 @@ def _direct_collective_calls(path: pathlib.Path, root: pathlib.Path = ROOT) -> l
         f = node.func
         if isinstance(f, ast.Name) and f.id in names:
             found.append(f"{path.relative_to(root)}:{node.lineno} {f.id}")
-        elif isinstance(f, ast.Attribute) and f.attr in COLLECTIVES \
-                and ast.unparse(f.value) in aliases:
+        elif (
+            isinstance(f, ast.Attribute)
+            and f.attr in COLLECTIVES
+            and ast.unparse(f.value) in aliases
+        ):
             found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(f)}")
     return found
 
 
 def test_every_collective_of_the_code_goes_through_gspo_distributed():
     own = ROOT / "gspo" / "infra" / "distributed.py"
-    files = [p for d in ("gspo", "evaluators", "pipeline", "workflow")
-             for p in (ROOT / d).rglob("*.py") if p != own]
+    files = [
+        p
+        for d in ("gspo", "evaluators", "pipeline", "workflow")
+        for p in (ROOT / d).rglob("*.py")
+        if p != own
+    ]
     assert len(files) > 40
     assert [c for p in files for c in _direct_collective_calls(p)] == []
     # and the helper module is where they are: the scan sees them
@@ -55,22 +79,27 @@ def test_every_collective_of_the_code_goes_through_gspo_distributed():
 
 def test_the_scan_finds_each_way_of_calling_a_collective_directly(tmp_path):
     src = tmp_path / "x.py"
-    src.write_text("import torch.distributed as td\nimport torch\n"
-                   "from torch.distributed import all_reduce as ar\n"
-                   "td.all_reduce(t)\ntorch.distributed.all_gather_object(a, b)\nar(t)\n"
-                   "td.get_rank()\n")
+    src.write_text(
+        "import torch.distributed as td\nimport torch\n"
+        "from torch.distributed import all_reduce as ar\n"
+        "td.all_reduce(t)\ntorch.distributed.all_gather_object(a, b)\nar(t)\n"
+        "td.get_rank()\n"
+    )
     calls = _direct_collective_calls(src, tmp_path)
     assert sorted(c.split()[1] for c in calls) == [
-        "ar", "td.all_reduce", "torch.distributed.all_gather_object"]
+        "ar",
+        "td.all_reduce",
+        "torch.distributed.all_gather_object",
+    ]
 
 
 def test_under_nccl_a_collective_takes_its_tensor_on_the_ranks_gpu():
-    gpu = dist.World(rank=1, size=2, local_rank=1, device="meta")   # meta: a stand-in for cuda:1
+    gpu = dist.World(rank=1, size=2, local_rank=1, device="meta")  # meta: a stand-in for cuda:1
     t = torch.tensor(3)
     moved = dist.on_collective_device(t, gpu)
     assert moved.device.type == "meta" and moved.shape == t.shape and moved.dtype == t.dtype
     cpu = dist.World(rank=1, size=2, local_rank=1)
-    assert dist.on_collective_device(t, cpu) is t                  # gloo: no copy
+    assert dist.on_collective_device(t, cpu) is t  # gloo: no copy
 
 
 def test_init_names_the_ranks_gpu_as_the_collective_device(monkeypatch):
@@ -78,7 +107,7 @@ def test_init_names_the_ranks_gpu_as_the_collective_device(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     assert dist.init("cuda").device == "cpu"
     monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "1")          # one rank: no process group, no GPU needed
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one rank: no process group, no GPU needed
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert dist.init("cuda").device == "cuda:0"
     assert dist.init("cpu").device == "cpu"

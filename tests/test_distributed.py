@@ -20,9 +20,20 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def torchrun(nproc: int, *args, timeout: int = 600):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                        f"--nproc-per-node={nproc}", *map(str, args)], env=env,
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            *map(str, args),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return r
 
@@ -44,8 +55,9 @@ def one_update_each(tiny_model_dir, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "gspo", "gspo_token"])
 @pytest.mark.parametrize("agg", AGGS)
-def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_each, tiny_model_dir,
-                                                                  algorithm, agg):
+def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(
+    one_update_each, tiny_model_dir, algorithm, agg
+):
     from safetensors.torch import load_file
 
     one, two = one_update_each[1][(algorithm, agg)], one_update_each[2][(algorithm, agg)]
@@ -56,7 +68,9 @@ def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_eac
         assert (two["params"][name] - p1).norm() <= 1e-5 * p1.norm(), name
     # the update moved the weights far more than that (the comparison is not vacuous) ...
     before = load_file(str(tiny_model_dir / "model.safetensors"))
-    assert max(float((one["params"][k] - before[k]).norm() / before[k].norm()) for k in before) > 1e-2
+    assert (
+        max(float((one["params"][k] - before[k]).norm() / before[k].norm()) for k in before) > 1e-2
+    )
     # ... and the metrics agree: means over the global minibatches, extremes over all ranks, and
     # the gradient norm, which catches a loss normalised by the wrong count (Adam's first step
     # would hide a constant factor in the gradient)
@@ -67,7 +81,7 @@ def test_one_update_on_two_ranks_gives_the_parameters_of_one_rank(one_update_eac
 
 def test_the_kl_reference_model_sharded_on_two_ranks_gives_the_update_of_one(one_update_each):
     one, two = one_update_each[1][("kl",)], one_update_each[2][("kl",)]
-    assert one["metrics"]["kl_ref"] > 0          # the penalty is there: the policy moved from it
+    assert one["metrics"]["kl_ref"] > 0  # the penalty is there: the policy moved from it
     for name, p1 in one["params"].items():
         assert (two["params"][name] - p1).norm() <= 1e-5 * p1.norm(), name
     for k, v in one["metrics"].items():
@@ -113,13 +127,15 @@ TIMING = ("time_", "wall_s")
 
 def _sft_config(tmp, data, out, **extra):
     cfg = tmp / f"{out}.yaml"
-    cfg.write_text(f"model: tiny\nout_dir: {tmp / out}\ntrain_data: [{{path: {data}, weight: 1.0}}]\n"
-                   f"eval_data: {data}\neval_problems: 4\neval_every: 2\nsteps: 4\n"
-                   "batch_size: 8\nlog_every: 1\nlr: 3.0e-3\nwarmup_steps: 1\nmax_len: 160\n"
-                   # a token budget packs each rank's slice differently: the rank with fewer
-                   # micro-batches runs empty ones, as FSDP's collectives require
-                   "max_tokens_per_micro_batch: 300\nthreads: 1\n"
-                   + "".join(f"{k}: {v}\n" for k, v in extra.items()))
+    cfg.write_text(
+        f"model: tiny\nout_dir: {tmp / out}\ntrain_data: [{{path: {data}, weight: 1.0}}]\n"
+        f"eval_data: {data}\neval_problems: 4\neval_every: 2\nsteps: 4\n"
+        "batch_size: 8\nlog_every: 1\nlr: 3.0e-3\nwarmup_steps: 1\nmax_len: 160\n"
+        # a token budget packs each rank's slice differently: the rank with fewer
+        # micro-batches runs empty ones, as FSDP's collectives require
+        "max_tokens_per_micro_batch: 300\nthreads: 1\n"
+        + "".join(f"{k}: {v}\n" for k, v in extra.items())
+    )
     return cfg
 
 
@@ -139,12 +155,22 @@ def sft_runs(tmp_path_factory):
     for n in (1, 2):
         for precision in ("float32", "bfloat16"):
             name = f"sft{n}-{precision}"
-            torchrun(n, "-m", "pipeline.sft", "--config",
-                     _sft_config(root, data, name, precision=precision))
+            torchrun(
+                n,
+                "-m",
+                "pipeline.sft",
+                "--config",
+                _sft_config(root, data, name, precision=precision),
+            )
             out[n, precision] = root / name
     # the chunked log-prob path (logprob_chunk: decoder, then the LM head in chunks), sharded
-    torchrun(2, "-m", "pipeline.sft", "--config",
-             _sft_config(root, data, "sft2-chunked", logprob_chunk=16))
+    torchrun(
+        2,
+        "-m",
+        "pipeline.sft",
+        "--config",
+        _sft_config(root, data, "sft2-chunked", logprob_chunk=16),
+    )
     out[2, "float32-chunked"] = root / "sft2-chunked"
     return out
 
@@ -159,7 +185,7 @@ def test_sft_on_two_ranks_logs_the_metrics_and_ends_at_the_weights_of_one_rank(s
         for k in ("loss", "grad_norm", "tokens_trained", "compute_flops", "greedy_accuracy"):
             if k in a or k in b:
                 assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (a["step"], k)
-    assert "greedy_accuracy" in two[2] and "greedy_accuracy" in two[-1]   # the sharded check ran
+    assert "greedy_accuracy" in two[2] and "greedy_accuracy" in two[-1]  # the sharded check ran
     w1 = load_file(str(sft_runs[1, "float32"] / "model" / "model.safetensors"))
     w2 = load_file(str(sft_runs[2, "float32"] / "model" / "model.safetensors"))
     init = load_file(str(sft_runs[1, "float32"] / "init" / "model.safetensors"))
@@ -208,22 +234,25 @@ def test_bf16_training_computes_in_bf16_and_publishes_bf16_files(sft_runs):
 
 def _rl_config(tmp, model, data, out, steps=3, minibatches=2):
     cfg = tmp / f"{out}.yaml"
-    cfg.write_text(f"algorithm: gspo\nmodel: {model}\nout_dir: {tmp / out}\n"
-                   f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\n"
-                   "prompts_per_step: 4\ngroup_size: 4\n"
-                   f"minibatches: {minibatches}\nmax_new_tokens: 32\n"
-                   "lr: 1.0e-3\nckpt_every: 2\nthreads: 1\n")
+    cfg.write_text(
+        f"algorithm: gspo\nmodel: {model}\nout_dir: {tmp / out}\n"
+        f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\n"
+        "prompts_per_step: 4\ngroup_size: 4\n"
+        f"minibatches: {minibatches}\nmax_new_tokens: 32\n"
+        "lr: 1.0e-3\nckpt_every: 2\nthreads: 1\n"
+    )
     return cfg
 
 
 @pytest.mark.slow
-def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(toy_sft_model, toy_data,
-                                                                       tmp_path):
+def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(
+    toy_sft_model, toy_data, tmp_path
+):
     import json
 
     from safetensors.torch import load_file
 
-    data = toy_data / "train.jsonl"     # an SFT'd model on it: rewards vary, updates move
+    data = toy_data / "train.jsonl"  # an SFT'd model on it: rewards vary, updates move
     rows = {}
     for n in (1, 2):
         # One minibatch per step, so every update is on-policy and its ratios are 1 within
@@ -233,14 +262,16 @@ def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(toy_sft_m
         # rounding. The off-policy update's parity on fixed data is dist_update.py's.
         cfg = _rl_config(tmp_path, toy_sft_model, data, f"rl{n}", minibatches=1)
         torchrun(n, "-m", "pipeline.train", "--config", cfg)
-        rows[n] = [json.loads(x) for x in (tmp_path / f"rl{n}" / "metrics.jsonl").read_text().splitlines()]
+        rows[n] = [
+            json.loads(x) for x in (tmp_path / f"rl{n}" / "metrics.jsonl").read_text().splitlines()
+        ]
         assert (tmp_path / f"rl{n}" / "model" / "model.safetensors").is_file()
     assert [r["step"] for r in rows[1]] == [r["step"] for r in rows[2]] == [1, 2, 3]
     for one, two in zip(rows[1], rows[2]):
         keys = {k for k in one if not k.startswith(TIMING)}
         assert keys == {k for k in two if not k.startswith(TIMING)}
         for k in keys:
-            if k.startswith("logprob_gap"):     # engine vs trainer: rounding itself, measured
+            if k.startswith("logprob_gap"):  # engine vs trainer: rounding itself, measured
                 assert max(one[k], two[k]) < 1e-4, (one["step"], k)
                 continue
             assert two[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6), (one["step"], k)
@@ -255,11 +286,14 @@ def test_a_three_step_rl_run_on_two_ranks_logs_the_metrics_of_one_rank(toy_sft_m
     # shards are resharded on load, and the run goes on as the 1-rank run did
     cfg = _rl_config(tmp_path, toy_sft_model, data, "moved", steps=2, minibatches=1)
     torchrun(2, "-m", "pipeline.train", "--config", cfg)
-    assert (tmp_path / "moved" / "checkpoints" / "step_000002" / "optimizer" / ".metadata").is_file()
+    assert (
+        tmp_path / "moved" / "checkpoints" / "step_000002" / "optimizer" / ".metadata"
+    ).is_file()
     torchrun(1, "-m", "pipeline.train", "--config", cfg, "--set", "steps=3")
     moved = _metrics(tmp_path / "moved")
     assert json.loads((tmp_path / "moved" / "run_info.json").read_text())["resumed_from"].endswith(
-        "step_000002")
+        "step_000002"
+    )
     for k in (k for k in rows[1][2] if not k.startswith((*TIMING, "logprob_gap"))):
         assert moved[2][k] == pytest.approx(rows[1][2][k], rel=1e-4, abs=1e-6), k
     a = load_file(str(tmp_path / "rl1" / "model" / "model.safetensors"))
@@ -295,23 +329,37 @@ def kill_all(marker: str) -> None:
 
 @pytest.mark.slow
 def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_weights(
-        toy_sft_model, toy_data, tmp_path):
+    toy_sft_model, toy_data, tmp_path
+):
     import signal
     import time
 
     from safetensors.torch import load_file
 
-    data = toy_data / "train.jsonl"     # an SFT'd model on it: rewards vary, updates move
+    data = toy_data / "train.jsonl"  # an SFT'd model on it: rewards vary, updates move
     # 8 steps, checkpoints every 2: the kill lands mid-run even when this process, sharing the
     # cores with both ranks, notices the first checkpoint late
     full = _rl_config(tmp_path, toy_sft_model, data, "full", steps=8)
     torchrun(2, "-m", "pipeline.train", "--config", full)
     cut = _rl_config(tmp_path, toy_sft_model, data, "cut", steps=8)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "pipeline.train", "--config", str(cut)]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "pipeline.train",
+        "--config",
+        str(cut),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while not (tmp_path / "cut" / "checkpoints" / "step_000002").is_dir():
         assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 2"
@@ -322,12 +370,12 @@ def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_
     kill_all(str(cut))
     proc.wait(timeout=60)
     assert not (tmp_path / "cut" / "model").exists()
-    torchrun(2, "-m", "pipeline.train", "--config", cut)        # the same command again
+    torchrun(2, "-m", "pipeline.train", "--config", cut)  # the same command again
     a = load_file(str(tmp_path / "full" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "cut" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     start = load_file(str(toy_sft_model / "model.safetensors"))
-    assert any(not torch.equal(a[k], start[k]) for k in start)       # the run did train
+    assert any(not torch.equal(a[k], start[k]) for k in start)  # the run did train
     import json
 
     rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
@@ -337,8 +385,9 @@ def test_a_two_rank_run_killed_and_started_again_ends_at_the_uninterrupted_runs_
 
 
 @pytest.mark.slow
-def test_two_ranks_with_a_vllm_engine_each_sample_and_train_as_one_rank(toy_sft_model, toy_data,
-                                                                         tmp_path):
+def test_two_ranks_with_a_vllm_engine_each_sample_and_train_as_one_rank(
+    toy_sft_model, toy_data, tmp_path
+):
     """One vLLM engine per rank (CPU build here; on GPUs each on its rank's GPU): per-prompt
     seeds give the same samples, and each engine's weight sync keeps its log-probs the
     policy's."""

@@ -81,8 +81,13 @@ def _setup(tmp_path, *args, nvidia_smi=None, dry_env=True):
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
     if dry_env:
         env["GSPO_SETUP_DRY_RUN"] = "1"
-    r = subprocess.run([shutil.which("bash"), str(tmp_path / "setup.sh"), *args], env=env,
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [shutil.which("bash"), str(tmp_path / "setup.sh"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     commands = [shlex.split(line[2:]) for line in r.stdout.splitlines() if line.startswith("+ ")]
     return r, commands
 
@@ -105,9 +110,19 @@ def _installs(commands):
 
 # verl, what its import and its Hydra config need and Megatron-Core, without dependencies, in a folder of their
 # own (setup.sh says why)
-VERL = ["verl==0.9.1", "ray==2.60.0", "tensordict==0.15.3", "omegaconf==2.4.0",
-        "codetiming==1.4.0", "msgpack==1.2.4", "orjson==3.13.0", "pyvers==0.2.3",
-        "hydra-core==1.3.8", "antlr4-python3-runtime==4.9.3", "megatron-core==0.16.1"]
+VERL = [
+    "verl==0.9.1",
+    "ray==2.60.0",
+    "tensordict==0.15.3",
+    "omegaconf==2.4.0",
+    "codetiming==1.4.0",
+    "msgpack==1.2.4",
+    "orjson==3.13.0",
+    "pyvers==0.2.3",
+    "hydra-core==1.3.8",
+    "antlr4-python3-runtime==4.9.3",
+    "megatron-core==0.16.1",
+]
 
 
 def _index_of(commands, package):
@@ -136,7 +151,9 @@ def test_setup_cuda_installs_cuda_torch_and_the_vllm_extra_without_a_gpu(tmp_pat
         assert _installs(commands) == [["torch==2.13.0"], ["-e", ".[test,vllm]"], VERL]
         assert _index_of(commands, "torch==2.13.0") == "https://download.pytorch.org/whl/cu130"
         # the installed torch is checked to be a CUDA build before vLLM goes in beside it
-        check = next(i for i, c in enumerate(commands) if c[1] == "-c" and "torch.version.cuda" in c[2])
+        check = next(
+            i for i, c in enumerate(commands) if c[1] == "-c" and "torch.version.cuda" in c[2]
+        )
         assert commands.index(next(c for c in commands if ".[test,vllm]" in c)) > check
     assert "vllm==0.32.0" in _pyproject()["optional-dependencies"]["vllm"]
 
@@ -193,8 +210,17 @@ _COLLECTS = {"rl_verl"}
 
 def test_the_profiles_name_only_rules_of_the_workflow_and_threads_only_where_a_command_takes_them():
     rules = _rules()
-    assert {"data", "sft", "rl", "eval_sft", "eval_checkpoint", "track_sft_evals",
-            "track_run_evals", "aggregate", "report"} <= rules.keys()
+    assert {
+        "data",
+        "sft",
+        "rl",
+        "eval_sft",
+        "eval_checkpoint",
+        "track_sft_evals",
+        "track_run_evals",
+        "aggregate",
+        "report",
+    } <= rules.keys()
     for name in ("default", "slurm"):
         profile = _profile(name)
         named = set(profile.get("set-resources", {})) | set(profile.get("set-threads", {}))

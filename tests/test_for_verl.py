@@ -18,9 +18,11 @@ from test_conformance_verl import ROOT, run_verl
 
 def records() -> list[dict]:
     """Two problems of each benchmark, with the worked solutions their own scoring passes."""
-    return (aime.generate(2, split="train", seed=0, difficulty=aime.Difficulty(1, 3))
-            + tasks.module("lcb").generate(2, split="train", seed=0)
-            + tasks.module("cf").generate(2, split="train", seed=0))
+    return (
+        aime.generate(2, split="train", seed=0, difficulty=aime.Difficulty(1, 3))
+        + tasks.module("lcb").generate(2, split="train", seed=0)
+        + tasks.module("cf").generate(2, split="train", seed=0)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +45,19 @@ def _batch(tok, model_dir, recs: list[dict], completions: list[str]) -> dict:
     ids_r = torch.zeros(len(recs), R, dtype=torch.long)
     mask = torch.zeros(len(recs), P + R, dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompts, responses)):
-        ids_p[i, P - len(p):], mask[i, P - len(p):P] = torch.tensor(p), 1
-        ids_r[i, :len(c)], mask[i, P:P + len(c)] = torch.tensor(c), 1
+        ids_p[i, P - len(p) :], mask[i, P - len(p) : P] = torch.tensor(p), 1
+        ids_r[i, : len(c)], mask[i, P : P + len(c)] = torch.tensor(c), 1
     rows = [for_verl.row(r, i) for i, r in enumerate(recs)]
-    return {"kind": "reward", "tokenizer": str(model_dir), "prompts": ids_p, "responses": ids_r,
-            "attention_mask": mask, "data_source": [x["data_source"] for x in rows],
-            "reward_model": [x["reward_model"] for x in rows],
-            "extra_info": [x["extra_info"] for x in rows]}
+    return {
+        "kind": "reward",
+        "tokenizer": str(model_dir),
+        "prompts": ids_p,
+        "responses": ids_r,
+        "attention_mask": mask,
+        "data_source": [x["data_source"] for x in rows],
+        "reward_model": [x["reward_model"] for x in rows],
+        "extra_info": [x["extra_info"] for x in rows],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +70,26 @@ def verl(tmp_path_factory, bpe_dir):
     path = for_verl.write_parquet(recs, tmp / "rl.parquet")
     tok = AutoTokenizer.from_pretrained(bpe_dir)
     # each record's worked solution (passes) and a wrong answer (fails)
-    completions = [r["solution"] for r in recs] + ["\\boxed{-1}" if r["task"] == "aime" else
-                                                   "```python\nprint(0)\n```" for r in recs]
-    reward_case = {**_batch(tok, bpe_dir, recs + recs, completions),
-                   "score_path": str(ROOT / "evaluators" / "for_verl.py")}
-    out = run_verl({"dataset": {"kind": "dataset", "path": str(path), "tokenizer": str(bpe_dir),
-                                "max_prompt_length": 4096, "cache_dir": str(tmp / "cache")},
-                    "reward": reward_case}, tmp)
+    completions = [r["solution"] for r in recs] + [
+        "\\boxed{-1}" if r["task"] == "aime" else "```python\nprint(0)\n```" for r in recs
+    ]
+    reward_case = {
+        **_batch(tok, bpe_dir, recs + recs, completions),
+        "score_path": str(ROOT / "evaluators" / "for_verl.py"),
+    }
+    out = run_verl(
+        {
+            "dataset": {
+                "kind": "dataset",
+                "path": str(path),
+                "tokenizer": str(bpe_dir),
+                "max_prompt_length": 4096,
+                "cache_dir": str(tmp / "cache"),
+            },
+            "reward": reward_case,
+        },
+        tmp,
+    )
     return recs, completions, tok, out
 
 
@@ -89,9 +110,12 @@ def test_verls_reward_manager_scores_with_the_benchmarks_own_scoring(verl):
     recs, completions, tok, out = verl
     got = out["reward"]["rewards"].tolist()
     # what verl's manager hands compute_score: the response decoded without special tokens
-    want = [tasks.reward(r, tok.decode(tok(c, add_special_tokens=False).input_ids,
-                                       skip_special_tokens=True))
-            for r, c in zip(recs + recs, completions)]
+    want = [
+        tasks.reward(
+            r, tok.decode(tok(c, add_special_tokens=False).input_ids, skip_special_tokens=True)
+        )
+        for r, c in zip(recs + recs, completions)
+    ]
     assert got == want
     assert got == [1.0] * len(recs) + [0.0] * len(recs)
 
@@ -134,8 +158,11 @@ def test_an_answer_that_stalls_scoring_times_out_alone_and_scores_zero(monkeypat
 
     def score(name, answer, delay=0.0):
         time.sleep(delay)
-        got[name] = (for_verl.compute_score("aime", f"\\boxed{{{answer}}}", rec),
-                     time.monotonic() - t0)
+        got[name] = (
+            for_verl.compute_score("aime", f"\\boxed{{{answer}}}", rec),
+            time.monotonic() - t0,
+        )
+
     # two workers started (their start is outside a call's limit), \frac{6}{3}: math-verify's
     warm = [threading.Thread(target=score, args=(n, "\\frac{6}{3}")) for n in ("w1", "w2")]
     for t in warm:
@@ -144,8 +171,10 @@ def test_an_answer_that_stalls_scoring_times_out_alone_and_scores_zero(monkeypat
         t.join(300)
     assert (got["w1"][0], got["w2"][0]) == (1.0, 1.0)
     t0 = time.monotonic()
-    threads = [threading.Thread(target=score, args=("stall", "9^{9^{9^{9}}}")),
-               threading.Thread(target=score, args=("fine", "2", 0.3))]
+    threads = [
+        threading.Thread(target=score, args=("stall", "9^{9^{9^{9}}}")),
+        threading.Thread(target=score, args=("fine", "2", 0.3)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -156,4 +185,4 @@ def test_an_answer_that_stalls_scoring_times_out_alone_and_scores_zero(monkeypat
     workers = [w.proc for w in list(for_verl._pool._idle.queue)]
     assert workers and all(p.poll() is None for p in workers)
     for_verl.close()
-    assert all(p.poll() is not None for p in workers)          # stopped, none left behind
+    assert all(p.poll() is not None for p in workers)  # stopped, none left behind

@@ -12,7 +12,7 @@ def test_a_failed_directory_write_leaves_the_previous_complete_folder(tmp_path):
             (tmp / "weights").write_text("v2-partial")
             raise RuntimeError("killed mid-write")
     assert (dest / "weights").read_text() == "v1"
-    assert [p.name for p in tmp_path.iterdir()] == ["model"]   # no temp folder left behind
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temp folder left behind
 
 
 def test_a_failed_file_write_leaves_no_partial_file(tmp_path):
@@ -39,6 +39,6 @@ def test_write_jsonl_writes_one_sorted_object_a_line_that_read_jsonl_reads_back(
     assert path.read_text().splitlines()[1] == '{"id": "a", "task": "lcb"}'
     assert read_jsonl(path) == recs
     with pytest.raises(TypeError):
-        write_jsonl([{"id": object()}], path)     # not JSON: the old file stays whole
+        write_jsonl([{"id": object()}], path)  # not JSON: the old file stays whole
     assert read_jsonl(path) == recs
     assert [p.name for p in path.parent.iterdir()] == ["d.jsonl"]

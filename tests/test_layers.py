@@ -17,12 +17,23 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # top-level module name -> the layer (folder) it belongs to
-LAYER_OF = {"gspo": "gspo", "evaluators": "evaluators", "pipeline": "pipeline",
-            "gspo_workflow": "workflow", "workflow": "workflow", "benchmarks": "benchmarks",
-            "tests": "tests", "conftest": "tests", "toys": "tests"}
-ALLOWED = {"gspo": {"gspo"}, "evaluators": {"gspo", "evaluators"},
-           "pipeline": {"gspo", "evaluators", "pipeline"},
-           "workflow": {"gspo", "evaluators", "pipeline", "workflow"}}
+LAYER_OF = {
+    "gspo": "gspo",
+    "evaluators": "evaluators",
+    "pipeline": "pipeline",
+    "gspo_workflow": "workflow",
+    "workflow": "workflow",
+    "benchmarks": "benchmarks",
+    "tests": "tests",
+    "conftest": "tests",
+    "toys": "tests",
+}
+ALLOWED = {
+    "gspo": {"gspo"},
+    "evaluators": {"gspo", "evaluators"},
+    "pipeline": {"gspo", "evaluators", "pipeline"},
+    "workflow": {"gspo", "evaluators", "pipeline", "workflow"},
+}
 # Counted as the lines a reader steps through: a line that only continues a bracketed expression
 # (an argument list, a literal laid over several lines) is not counted, so the formatter's layout
 # (ruff format puts each argument of a long call on its own line) moves no module or function
@@ -43,7 +54,9 @@ def imported_modules(source: str, filename: str = "<source>") -> list[tuple[int,
             out.append((node.lineno, "." if node.level else node.module))
         elif isinstance(node, ast.Call):
             f = node.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            name = (
+                f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            )
             if name in ("import_module", "__import__"):
                 arg = node.args[0] if node.args else None
                 if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
@@ -75,12 +88,15 @@ def test_every_module_of_a_layer_imports_only_the_layers_below_it(layer):
 
 
 def test_the_arrow_check_sees_hidden_imports():
-    src = ("import json\n"
-           "def f():\n    from evaluators.tasks import rewards\n"
-           "def g():\n    import importlib\n    return importlib.import_module('pipeline.report')\n")
+    src = (
+        "import json\n"
+        "def f():\n    from evaluators.tasks import rewards\n"
+        "def g():\n    import importlib\n    return importlib.import_module('pipeline.report')\n"
+    )
     assert violations("gspo", src, "x.py") == [
         "x.py:3: gspo imports evaluators.tasks (evaluators)",
-        "x.py:6: gspo imports pipeline.report (pipeline)"]
+        "x.py:6: gspo imports pipeline.report (pipeline)",
+    ]
     assert violations("pipeline", src, "x.py") == []
     with pytest.raises(ValueError, match="non-literal"):
         imported_modules("import importlib\nname = 'gspo'\nimportlib.import_module(name)\n")
@@ -100,8 +116,9 @@ def _evaluators_imports(path: pathlib.Path, source: str | None = None) -> set[st
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "evaluators":
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
-                is_module = (ROOT / (sub.replace(".", "/") + ".py")).is_file() or \
-                    (ROOT / sub.replace(".", "/")).is_dir()
+                is_module = (ROOT / (sub.replace(".", "/") + ".py")).is_file() or (
+                    ROOT / sub.replace(".", "/")
+                ).is_dir()
                 out.add(sub if is_module else node.module)
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == "evaluators"}
@@ -115,40 +132,59 @@ def _under(name: str, package: str) -> bool:
 def test_the_code_that_runs_untrusted_programs_imports_nothing_else_of_evaluators():
     files = sorted((EVALUATORS / "execution").rglob("*.py"))
     assert len(files) >= 10
-    bad = {str(p.relative_to(ROOT)): sorted(m for m in _evaluators_imports(p)
-                                            if not _under(m, "evaluators.execution"))
-           for p in files}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in _evaluators_imports(p) if not _under(m, "evaluators.execution")
+        )
+        for p in files
+    }
     assert not {k: v for k, v in bad.items() if v}
 
 
 def test_the_benchmarks_reach_nothing_of_evaluators_but_themselves_and_execution():
     files = sorted((EVALUATORS / "benchmarks").rglob("*.py"))
-    bad = {str(p.relative_to(ROOT)): sorted(
-        m for m in _evaluators_imports(p)
-        if not (_under(m, "evaluators.benchmarks") or _under(m, "evaluators.execution")))
-        for p in files}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(
+            m
+            for m in _evaluators_imports(p)
+            if not (_under(m, "evaluators.benchmarks") or _under(m, "evaluators.execution"))
+        )
+        for p in files
+    }
     assert not {k: v for k, v in bad.items() if v}
 
 
 def test_evaluation_reaches_the_benchmarks_only_through_the_registry():
-    outside = [p for p in EVALUATORS.rglob("*.py")
-               if not _under(".".join(p.relative_to(ROOT).parts), "evaluators.benchmarks")
-               and p.name != "tasks.py"]
+    outside = [
+        p
+        for p in EVALUATORS.rglob("*.py")
+        if not _under(".".join(p.relative_to(ROOT).parts), "evaluators.benchmarks")
+        and p.name != "tasks.py"
+    ]
     assert EVALUATORS / "evaluation.py" in outside
-    bad = {str(p.relative_to(ROOT)): sorted(m for m in _evaluators_imports(p)
-                                            if _under(m, "evaluators.benchmarks"))
-           for p in outside}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in _evaluators_imports(p) if _under(m, "evaluators.benchmarks")
+        )
+        for p in outside
+    }
     assert not {k: v for k, v in bad.items() if v}
     assert _evaluators_imports(EVALUATORS / "evaluation.py") & {"evaluators.tasks"}
 
 
 def test_the_import_rules_name_what_a_module_reaches():
-    src = ("from evaluators.benchmarks import aime, judge\nimport evaluators.execution.pool\n"
-           "from evaluators.benchmarks.aime.answers import extract_answer\n"
-           "def f():\n    from evaluators import tasks\n")
+    src = (
+        "from evaluators.benchmarks import aime, judge\nimport evaluators.execution.pool\n"
+        "from evaluators.benchmarks.aime.answers import extract_answer\n"
+        "def f():\n    from evaluators import tasks\n"
+    )
     assert _evaluators_imports(EVALUATORS / "x.py", src) == {
-        "evaluators.benchmarks.aime", "evaluators.benchmarks.judge", "evaluators.execution.pool",
-        "evaluators.benchmarks.aime.answers", "evaluators.tasks"}
+        "evaluators.benchmarks.aime",
+        "evaluators.benchmarks.judge",
+        "evaluators.execution.pool",
+        "evaluators.benchmarks.aime.answers",
+        "evaluators.tasks",
+    }
 
 
 def continuation_lines(text: str) -> set[int]:
@@ -176,8 +212,12 @@ def sizes(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
         out.append(f"{rel}: {n} lines")
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            n = node.end_lineno - node.lineno + 1 - len(
-                [line for line in cont if node.lineno <= line <= node.end_lineno])
+            n = (
+                node.end_lineno
+                - node.lineno
+                + 1
+                - len([line for line in cont if node.lineno <= line <= node.end_lineno])
+            )
             if n > MAX_FUNCTION_LINES:
                 out.append(f"{rel}:{node.lineno}: {node.name} has {n} lines")
     return out
@@ -186,15 +226,8 @@ def sizes(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
 def test_the_size_count_is_the_same_whatever_the_layout(tmp_path):
     """One function laid out by hand and as the formatter lays it out counts the same lines;
     a statement on lines of its own counts each of them."""
-    hand = ("def f(a, b):\n"
-            "    return g(a, b,\n"
-            "             c=1)\n")
-    formatted = ("def f(a, b):\n"
-                 "    return g(\n"
-                 "        a,\n"
-                 "        b,\n"
-                 "        c=1,\n"
-                 "    )\n")
+    hand = "def f(a, b):\n    return g(a, b,\n             c=1)\n"
+    formatted = "def f(a, b):\n    return g(\n        a,\n        b,\n        c=1,\n    )\n"
     assert continuation_lines(hand) == {3} and continuation_lines(formatted) == {3, 4, 5, 6}
     long = "def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES + 1)
     (tmp_path / "m.py").write_text(long)
@@ -204,8 +237,11 @@ def test_the_size_count_is_the_same_whatever_the_layout(tmp_path):
 
 
 def test_no_module_is_over_450_lines_and_no_function_over_60():
-    bad = [msg for path in modules("gspo", "evaluators", "pipeline", "workflow", "benchmarks")
-           for msg in sizes(path)]
+    bad = [
+        msg
+        for path in modules("gspo", "evaluators", "pipeline", "workflow", "benchmarks")
+        for msg in sizes(path)
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -215,10 +251,12 @@ def test_the_benchmark_names_are_listed_once():
     from gspo.config.data import DATA_TASKS
 
     assert DATA_TASKS == tasks.BENCHMARKS
-    spelled = f"{tasks.BENCHMARKS!r}"          # ('aime', 'lcb', 'cf')
-    hits = [str(p.relative_to(ROOT)) for p in modules("gspo", "evaluators", "pipeline",
-                                                     "workflow", "benchmarks")
-            if spelled.replace("'", '"') in p.read_text() or spelled in p.read_text()]
+    spelled = f"{tasks.BENCHMARKS!r}"  # ('aime', 'lcb', 'cf')
+    hits = [
+        str(p.relative_to(ROOT))
+        for p in modules("gspo", "evaluators", "pipeline", "workflow", "benchmarks")
+        if spelled.replace("'", '"') in p.read_text() or spelled in p.read_text()
+    ]
     assert hits == [], hits
 
 
@@ -227,13 +265,13 @@ def test_the_benchmark_names_are_listed_once():
 # core imports nothing of ours, so no engine adapter and no tracking either; the model knows no
 # trainer; the native trainer no engine adapter; TRL's adapter not verl's, nor verl's TRL's.
 GSPO_FLOORS = [
-    ("io", "errors", "core"),          # atomic files and JSONL, the trainer's error; objectives
-    ("config",),                        # typed configs (the objectives' names and defaults)
-    ("model",),                         # presets, tokens, MoE routing, log-probs, FLOPs
-    ("infra",),                         # ranks and sharding, checkpoints, memory planning
-    ("rollout", "tracking"),            # sampling engines; MLflow runs and metric records
-    ("native",),                        # the native trainer: RL loop, update, SFT, batches
-    ("engines.trl", "engines.verl"),    # the other trainers' adapters
+    ("io", "errors", "core"),  # atomic files and JSONL, the trainer's error; objectives
+    ("config",),  # typed configs (the objectives' names and defaults)
+    ("model",),  # presets, tokens, MoE routing, log-probs, FLOPs
+    ("infra",),  # ranks and sharding, checkpoints, memory planning
+    ("rollout", "tracking"),  # sampling engines; MLflow runs and metric records
+    ("native",),  # the native trainer: RL loop, update, SFT, batches
+    ("engines.trl", "engines.verl"),  # the other trainers' adapters
 ]
 FLOOR_OF = {unit: i for i, units in enumerate(GSPO_FLOORS) for unit in units}
 
@@ -244,8 +282,14 @@ def gspo_unit(module: str) -> str | None:
     rest = module.removeprefix("gspo.") if module.startswith("gspo.") else None
     if rest is None:
         return None
-    return next((u for u in sorted(FLOOR_OF, key=len, reverse=True)
-                 if rest == u or rest.startswith(u + ".")), None)
+    return next(
+        (
+            u
+            for u in sorted(FLOOR_OF, key=len, reverse=True)
+            if rest == u or rest.startswith(u + ".")
+        ),
+        None,
+    )
 
 
 def gspo_imports(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
@@ -253,13 +297,21 @@ def gspo_imports(source: str, filename: str = "<source>") -> list[tuple[int, str
     `from gspo.x import y` names gspo.x.y where that is a module, else gspo.x."""
     out = []
     for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.ImportFrom) and not node.level and node.module and (
-                node.module == "gspo" or node.module.startswith("gspo.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and node.module
+            and (node.module == "gspo" or node.module.startswith("gspo."))
+        ):
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
                 path = ROOT / sub.replace(".", "/")
-                out.append((node.lineno, sub if path.with_suffix(".py").is_file()
-                            or path.is_dir() else node.module))
+                out.append(
+                    (
+                        node.lineno,
+                        sub if path.with_suffix(".py").is_file() or path.is_dir() else node.module,
+                    )
+                )
         elif isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.startswith("gspo.")]
     return out
@@ -272,14 +324,18 @@ def floor_violations(module: str, source: str, filename: str) -> list[str]:
         to = gspo_unit(target)
         if to is not None and to != unit and (unit is None or FLOOR_OF[to] >= FLOOR_OF[unit]):
             where = unit.replace(".", "/") + "/" if unit else "gspo/"
-            bad.append(f"{filename}:{line}: {where} imports {target} ({to.replace('.', '/')}/, "
-                       f"floor {FLOOR_OF[to]} >= {FLOOR_OF.get(unit)})")
+            bad.append(
+                f"{filename}:{line}: {where} imports {target} ({to.replace('.', '/')}/, "
+                f"floor {FLOOR_OF[to]} >= {FLOOR_OF.get(unit)})"
+            )
     return bad
 
 
 def gspo_modules() -> dict[str, pathlib.Path]:
-    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in modules("gspo")}
+    return {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in modules("gspo")
+    }
 
 
 def test_every_gspo_module_stands_on_a_floor():
@@ -292,8 +348,11 @@ def test_every_gspo_module_stands_on_a_floor():
 
 
 def test_each_gspo_package_imports_only_the_floors_below_it():
-    bad = [msg for name, path in gspo_modules().items()
-           for msg in floor_violations(name, path.read_text(), str(path.relative_to(ROOT)))]
+    bad = [
+        msg
+        for name, path in gspo_modules().items()
+        for msg in floor_violations(name, path.read_text(), str(path.relative_to(ROOT)))
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -309,26 +368,33 @@ def test_the_algorithms_core_imports_no_engine_adapter_and_no_tracking():
 
 
 def test_the_floor_check_sees_an_arrow_up_or_sideways():
-    src = ("from gspo.native import trainer\n"
-           "def f():\n    from gspo.tracking.runs import MetricsLog\n"
-           "    import gspo.engines.verl.job\n    from gspo.config.train import RLConfig\n")
+    src = (
+        "from gspo.native import trainer\n"
+        "def f():\n    from gspo.tracking.runs import MetricsLog\n"
+        "    import gspo.engines.verl.job\n    from gspo.config.train import RLConfig\n"
+    )
     assert floor_violations("gspo.core.objectives", src, "x.py") == [
         "x.py:1: core/ imports gspo.native.trainer (native/, floor 5 >= 0)",
         "x.py:3: core/ imports gspo.tracking.runs (tracking/, floor 4 >= 0)",
         "x.py:4: core/ imports gspo.engines.verl.job (engines/verl/, floor 6 >= 0)",
-        "x.py:5: core/ imports gspo.config.train (config/, floor 1 >= 0)"]
+        "x.py:5: core/ imports gspo.config.train (config/, floor 1 >= 0)",
+    ]
     assert floor_violations("gspo.engines.trl.rl", src, "x.py") == [
-        "x.py:4: engines/trl/ imports gspo.engines.verl.job (engines/verl/, floor 6 >= 6)"]
+        "x.py:4: engines/trl/ imports gspo.engines.verl.job (engines/verl/, floor 6 >= 6)"
+    ]
     assert floor_violations("gspo.rollout.base", "from gspo.tracking import runs\n", "x.py") == [
-        "x.py:1: rollout/ imports gspo.tracking.runs (tracking/, floor 4 >= 4)"]
+        "x.py:1: rollout/ imports gspo.tracking.runs (tracking/, floor 4 >= 4)"
+    ]
 
 
 def module_graph(package: str) -> dict[str, set[str]]:
     """{module: the package's modules it imports} over `package`'s own .py files, wherever the
     import sits; `from package import name` counts as importing package.name when that is a
     module."""
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-             for p in modules(package)}
+    files = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in modules(package)
+    }
     graph = {}
     for name, path in files.items():
         deps = set()
@@ -351,7 +417,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                found.append(path[path.index(nxt):] + [nxt])
+                found.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = "done"
@@ -382,15 +448,27 @@ def test_programs_that_run_in_the_sandbox_are_files_that_run_nothing_when_import
     from evaluators.execution import frames
     from evaluators.execution.sandboxed import source
 
-    names = sorted(p.stem for p in (ROOT / "evaluators" / "execution" / "sandboxed").glob("*.py")
-                   if p.stem != "__init__")
+    names = sorted(
+        p.stem
+        for p in (ROOT / "evaluators" / "execution" / "sandboxed").glob("*.py")
+        if p.stem != "__init__"
+    )
     assert names == ["file_mode", "functional", "runner"]
     assert (frames.RUNNER, judge.DRIVER, judge.FILE_DRIVER) == (
-        source("runner"), source("functional"), source("file_mode"))
+        source("runner"),
+        source("functional"),
+        source("file_mode"),
+    )
     for name in names:
-        r = subprocess.run([sys.executable, "-c", f"import evaluators.execution.sandboxed.{name}; print('ok')"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+        r = subprocess.run(
+            [sys.executable, "-c", f"import evaluators.execution.sandboxed.{name}; print('ok')"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         assert (r.returncode, r.stdout.strip()) == (0, "ok"), r.stderr
 
 

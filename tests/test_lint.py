@@ -17,12 +17,18 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RUFF_CHECK = ["ruff", "check", "--no-cache", "--output-format", "concise"]
 RUFF_FORMAT = ["ruff", "format", "--no-cache", "--check"]
-MYPY = ["mypy"]             # its files and settings: pyproject.toml's [tool.mypy]
+MYPY = ["mypy"]  # its files and settings: pyproject.toml's [tool.mypy]
 
 
 def _run(args: list[str], stdin: str | None = None, cwd: pathlib.Path = ROOT):
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, input=stdin,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _report(r) -> str:
@@ -48,33 +54,45 @@ def test_mypy_finds_no_type_error_in_gspo():
 def test_the_lint_reports_what_the_house_rules_select():
     """pyproject's rules are in force: bugbear's closure over a loop variable, an unused import,
     unsorted imports, and a line the formatter wraps at 100 columns, not 88."""
-    bad = ("import sys\nimport json\n\n\n"
-           "def f(xs):\n    return [lambda: x for x in xs]\n")
+    bad = "import sys\nimport json\n\n\ndef f(xs):\n    return [lambda: x for x in xs]\n"
     r = _run([*RUFF_CHECK, "--stdin-filename", "gspo/example.py", "-"], stdin=bad)
     codes = {line.split()[1] for line in r.stdout.splitlines() if ": " in line}
     assert r.returncode == 1 and {"B023", "F401", "I001"} <= codes, _report(r)
     line_of_99 = "x = [" + ", ".join(["1000000"] * 10) + ", 100]\n"
     assert len(line_of_99) - 1 == 99
-    r = _run(["ruff", "format", "--no-cache", "--stdin-filename", "gspo/example.py", "-"],
-             stdin=line_of_99 + "y = [" + ", ".join(["1000000"] * 12) + "]\n")
+    r = _run(
+        ["ruff", "format", "--no-cache", "--stdin-filename", "gspo/example.py", "-"],
+        stdin=line_of_99 + "y = [" + ", ".join(["1000000"] * 12) + "]\n",
+    )
     assert r.returncode == 0 and r.stdout.splitlines()[0] == line_of_99.strip(), _report(r)
-    assert len(r.stdout.splitlines()) > 2, _report(r)        # the 101-column line is wrapped
+    assert len(r.stdout.splitlines()) > 2, _report(r)  # the 101-column line is wrapped
 
 
 def test_mypy_reports_a_type_error_under_the_house_settings(tmp_path):
     """mypy with pyproject's settings, on a module with a type error inside an unannotated
     function (reported only with check_untyped_defs, which the settings turn on)."""
     (tmp_path / "bad.py").write_text("def f():\n    x: int = 'one'\n    return x\n")
-    r = _run(["mypy", "--config-file", str(ROOT / "pyproject.toml"), "--no-incremental",
-              str(tmp_path / "bad.py")], cwd=tmp_path)
+    r = _run(
+        [
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--no-incremental",
+            str(tmp_path / "bad.py"),
+        ],
+        cwd=tmp_path,
+    )
     assert r.returncode == 1 and "bad.py:2: error: Incompatible types" in r.stdout, _report(r)
 
 
 def test_the_pre_commit_hooks_run_the_checks_the_suite_runs():
     """.pre-commit-config.yaml, for contributors, runs these same tools from the project's
     environment (so a commit meets the versions and settings CI uses)."""
-    hooks = {h["id"]: h for repo in yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
-             ["repos"] for h in repo["hooks"]}
+    hooks = {
+        h["id"]: h
+        for repo in yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
+        for h in repo["hooks"]
+    }
     assert hooks["ruff-check"]["entry"].split()[:3] == [".venv/bin/ruff", "check", "--fix"]
     assert hooks["ruff-format"]["entry"].split()[:2] == [".venv/bin/ruff", "format"]
     assert hooks["mypy"]["entry"] == ".venv/bin/mypy" and hooks["mypy"]["pass_filenames"] is False

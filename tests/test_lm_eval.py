@@ -23,9 +23,11 @@ def problems():
 @pytest.fixture(scope="module")
 def memorised(tiny_model_dir, tmp_path_factory, problems):
     p0, p1, p2 = problems
-    pairs = [(p0["prompt"], f"\\boxed{{{p0['answer']}}}"),
-             (p1["prompt"], f"work: \\boxed{{{(p1['answer'] + 1) % 1000}}}"),
-             (p2["prompt"], f"\\boxed{{{p2['answer']:03d}}}")]
+    pairs = [
+        (p0["prompt"], f"\\boxed{{{p0['answer']}}}"),
+        (p1["prompt"], f"work: \\boxed{{{(p1['answer'] + 1) % 1000}}}"),
+        (p2["prompt"], f"\\boxed{{{p2['answer']:03d}}}"),
+    ]
     return memorise(tiny_model_dir, tmp_path_factory.mktemp("memorised"), pairs)
 
 
@@ -39,9 +41,16 @@ def data_dir(tmp_path_factory, problems):
 def simple_evaluate(model_dir, task_manager, task, **kw):
     import lm_eval
 
-    return lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={model_dir},dtype=float32",
-                                   tasks=[task], task_manager=task_manager, device="cpu",
-                                   batch_size=4, log_samples=True, **kw)
+    return lm_eval.simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={model_dir},dtype=float32",
+        tasks=[task],
+        task_manager=task_manager,
+        device="cpu",
+        batch_size=4,
+        log_samples=True,
+        **kw,
+    )
 
 
 def recompute(samples):
@@ -51,7 +60,7 @@ def recompute(samples):
     out = []
     for s in samples:
         rec = json.loads(s["doc"]["record"])
-        (outs,) = s["filtered_resps"]   # one request per document, holding all its samples
+        (outs,) = s["filtered_resps"]  # one request per document, holding all its samples
         scores = [math_answers.score_answer(o, rec["answer"]) for o in outs]
         n, c = len(scores), int(sum(scores))
         out.append({"id": rec["id"], "outputs": outs, "avg": c / n, "pass": pass_at_k(n, c, n)})
@@ -59,6 +68,7 @@ def recompute(samples):
 
 
 # -- the task folder ---------------------------------------------------------------------------
+
 
 def test_shipped_yamls_are_the_generated_defaults_and_code_tasks_are_unsafe():
     for bench in tasks.BENCHMARKS:
@@ -73,8 +83,12 @@ def test_shipped_yamls_are_the_generated_defaults_and_code_tasks_are_unsafe():
 
 def test_shipped_generation_defaults_are_the_project_evaluators():
     d = ev.EvalConfig()
-    assert (tasks.REPEATS, tasks.TEMPERATURE, tasks.TOP_P, tasks.MAX_GEN_TOKS) == \
-        (d.samples, d.temperature, d.top_p, d.max_new_tokens)
+    assert (tasks.REPEATS, tasks.TEMPERATURE, tasks.TOP_P, tasks.MAX_GEN_TOKS) == (
+        d.samples,
+        d.temperature,
+        d.top_p,
+        d.max_new_tokens,
+    )
 
 
 def test_process_results_scores_every_sample_with_the_aime_scorer():
@@ -94,8 +108,10 @@ def test_process_results_runs_the_code_benchmark_scorer_on_every_sample():
 
 
 def test_keep_all_samples_keeps_every_repeat():
-    assert task_utils.keep_all_samples([["a", "b", "c"], ["d", "e", "f"]], [{}, {}]) == \
-        [["a", "b", "c"], ["d", "e", "f"]]
+    assert task_utils.keep_all_samples([["a", "b", "c"], ["d", "e", "f"]], [{}, {}]) == [
+        ["a", "b", "c"],
+        ["d", "e", "f"],
+    ]
 
 
 def test_data_file_prefers_metadata_then_the_environment(monkeypatch, tmp_path):
@@ -108,8 +124,21 @@ def test_data_file_prefers_metadata_then_the_environment(monkeypatch, tmp_path):
 
 
 def test_write_tasks_cli_writes_a_loadable_folder(tmp_path):
-    assert tasks.main(["--out", str(tmp_path / "t"), "--benchmarks", "aime", "--repeats", "8",
-                       "--data-dir", str(tmp_path)]) == 0
+    assert (
+        tasks.main(
+            [
+                "--out",
+                str(tmp_path / "t"),
+                "--benchmarks",
+                "aime",
+                "--repeats",
+                "8",
+                "--data-dir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     cfg = yaml.safe_load((tmp_path / "t" / "gspo_aime.yaml").read_text().replace("!function ", ""))
     assert cfg["repeats"] == 8 and cfg["metadata"]["data_dir"] == str(tmp_path)
     assert (tmp_path / "t" / "utils.py").read_text() == (tasks.TASKS_DIR / "utils.py").read_text()
@@ -117,20 +146,30 @@ def test_write_tasks_cli_writes_a_loadable_folder(tmp_path):
 
 # -- the real lm-eval ----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
-def test_lm_eval_greedy_scores_agree_with_the_harness_and_the_rollout_engine(memorised, data_dir,
-                                                                            problems, tmp_path):
+def test_lm_eval_greedy_scores_agree_with_the_harness_and_the_rollout_engine(
+    memorised, data_dir, problems, tmp_path
+):
     from lm_eval.tasks import TaskManager
 
     from gspo.model.models import load_model
     from gspo.rollout import make_engine
 
-    folder = tasks.write_tasks(tmp_path / "tasks", benchmarks=["aime"], repeats=2, temperature=0.0,
-                               max_gen_toks=16, data_dir=str(data_dir))
+    folder = tasks.write_tasks(
+        tmp_path / "tasks",
+        benchmarks=["aime"],
+        repeats=2,
+        temperature=0.0,
+        max_gen_toks=16,
+        data_dir=str(data_dir),
+    )
     res = simple_evaluate(memorised, TaskManager(include_path=str(folder)), "gspo_aime")
     reported = res["results"]["gspo_aime"]
     samples = sorted(res["samples"]["gspo_aime"], key=lambda s: s["doc_id"])
-    assert [s["arguments"][0][0] for s in samples] == [p["prompt"] for p in problems]  # exact prompts
+    assert [s["arguments"][0][0] for s in samples] == [
+        p["prompt"] for p in problems
+    ]  # exact prompts
 
     mine = recompute(samples)
     assert [len(m["outputs"]) for m in mine] == [2, 2, 2]
@@ -143,30 +182,39 @@ def test_lm_eval_greedy_scores_agree_with_the_harness_and_the_rollout_engine(mem
 
     # The harness's own evaluation of the same checkpoint, greedy: the same text, the same scores.
     model, tok = load_model(memorised)
-    own = ev.evaluate_records(make_engine("torch", memorised, model=model), Codec(tok), problems,
-                              samples=2, temperature=0.0, max_new_tokens=16)
+    own = ev.evaluate_records(
+        make_engine("torch", memorised, model=model),
+        Codec(tok),
+        problems,
+        samples=2,
+        temperature=0.0,
+        max_new_tokens=16,
+    )
     assert [r["completions"] for r in own] == [m["outputs"] for m in mine]
     assert [r["avg@n"] for r in own] == [m["avg"] for m in mine]
 
 
 @pytest.mark.slow
-def test_lm_eval_shipped_task_reads_data_dir_from_metadata_and_keeps_all_samples(memorised,
-                                                                                data_dir):
+def test_lm_eval_shipped_task_reads_data_dir_from_metadata_and_keeps_all_samples(
+    memorised, data_dir
+):
     from lm_eval.tasks import TaskManager
 
     tm = TaskManager(include_path=str(tasks.TASKS_DIR), metadata={"data_dir": str(data_dir)})
     # A hot temperature so that the samples of a document can differ (avg@n != pass@n).
-    res = simple_evaluate(memorised, tm, "gspo_aime", gen_kwargs={"max_gen_toks": 16, "temperature": 1.5},
-                          limit=2)
+    res = simple_evaluate(
+        memorised, tm, "gspo_aime", gen_kwargs={"max_gen_toks": 16, "temperature": 1.5}, limit=2
+    )
     samples = res["samples"]["gspo_aime"]
     assert len(samples) == 2
     mine = recompute(samples)
-    assert [len(m["outputs"]) for m in mine] == [tasks.REPEATS] * 2   # all repeats kept
+    assert [len(m["outputs"]) for m in mine] == [tasks.REPEATS] * 2  # all repeats kept
     assert [len(r) for s in samples for r in s["resps"]] == [tasks.REPEATS] * 2
     assert [m["avg"] for m in mine] == [s["avg_at_n"] for s in samples]
     assert [m["pass"] for m in mine] == [s["pass_at_n"] for s in samples]
-    assert res["results"]["gspo_aime"]["avg_at_n,all_samples"] == \
-        pytest.approx(sum(m["avg"] for m in mine) / 2)
+    assert res["results"]["gspo_aime"]["avg_at_n,all_samples"] == pytest.approx(
+        sum(m["avg"] for m in mine) / 2
+    )
 
 
 @pytest.mark.slow
@@ -198,9 +246,18 @@ def test_the_documented_lm_eval_commands_run_as_written(memorised, data_dir, tmp
     block = re.search(rf"^ {{4}}({re.escape(start)}.*?)\n\n", readme, re.S | re.M).group(1)
     shutil.copytree(data_dir, tmp_path / "data")
     (tmp_path / "evaluators").symlink_to(tasks.TASKS_DIR.parent)
-    env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "-c", block.replace("MODEL_DIR", str(memorised))], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    r = subprocess.run(
+        ["bash", "-c", block.replace("MODEL_DIR", str(memorised))],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (results,) = (tmp_path / "out").rglob("results_*.json")
     scores = json.loads(results.read_text())["results"]["gspo_aime"]
@@ -209,4 +266,4 @@ def test_the_documented_lm_eval_commands_run_as_written(memorised, data_dir, tmp
     assert 0.5 <= scores["avg_at_n,all_samples"] <= 2 / 3
     (samples,) = (tmp_path / "out").rglob("samples_gspo_aime_*.jsonl")
     logged = [json.loads(x) for x in samples.read_text().splitlines()]
-    assert len(logged) == 3 and all(len(s["resps"][0]) == 8 for s in logged)   # repeats: 8
+    assert len(logged) == 3 and all(len(s["resps"][0]) == 8 for s in logged)  # repeats: 8

@@ -39,10 +39,27 @@ def test_the_public_checkpoints_counts():
 
 
 def test_the_phases_by_hand():
-    shape = Shape(vocab=1000, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
-                  intermediate=128, tied=True)
-    s = Settings(gpus=2, gpu_gib=1.0, micro_tokens=100, logprob_chunk=10, engine_share=0.5,
-                 sleep=True, seq_len=50, sequences_per_rank=4, sync="streamed")
+    shape = Shape(
+        vocab=1000,
+        hidden=64,
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        head_dim=16,
+        intermediate=128,
+        tied=True,
+    )
+    s = Settings(
+        gpus=2,
+        gpu_gib=1.0,
+        micro_tokens=100,
+        logprob_chunk=10,
+        engine_share=0.5,
+        sleep=True,
+        seq_len=50,
+        sequences_per_rank=4,
+        sync="streamed",
+    )
     p = plan(shape, s)
     P, layer = shape.params(), shape.layer_params()
     assert layer == 64 * 64 + 2 * 64 * 32 + 64 * 64 + 32 + 3 * 64 * 128 + 128
@@ -53,13 +70,18 @@ def test_the_phases_by_hand():
     want = persistent + 4 * P / 2 / GIB + gathered + 6 * layer / GIB + act + head + RESERVE_GIB
     assert p["phases"]["update"] == pytest.approx(want)
     assert p["phases"]["rollout"] == pytest.approx(persistent + 0.5 + RESERVE_GIB)
-    assert p["items"]["sync buffer"] == pytest.approx(6 * 1000 * 64 / GIB)   # the embeddings
-    assert not p["fits"]                          # 3 GiB of reserve on a 1 GiB GPU
+    assert p["items"]["sync buffer"] == pytest.approx(6 * 1000 * 64 / GIB)  # the embeddings
+    assert not p["fits"]  # 3 GiB of reserve on a 1 GiB GPU
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeline.memory_plan", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.memory_plan", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("model", ["Qwen3-1.7B", "Qwen3-8B"])
@@ -93,11 +115,14 @@ def test_the_host_memory_of_a_node_counts_one_sync_file_and_one_model_read():
     assert now["items"]["model read at load (fp32)"] == pytest.approx(4 * P / GIB)
     assert now["fits"]
     before = plan(shape, Settings(sync_writers="rank", load="every", shm_gib=64.0))
-    assert before["host"]["items"]["sync: files in /dev/shm"] * GIB / 1e9 == pytest.approx(
-        8 * 2 * P / 1e9) == pytest.approx(131, abs=1)
+    assert (
+        before["host"]["items"]["sync: files in /dev/shm"] * GIB / 1e9
+        == pytest.approx(8 * 2 * P / 1e9)
+        == pytest.approx(131, abs=1)
+    )
     assert before["host"]["items"]["model read at load (fp32)"] == pytest.approx(32 * P / GIB)
-    assert not before["host"]["fits"] and not before["fits"]    # 122 GiB of files, 64 of shm
-    assert plan(shape, Settings(shm_gib=64.0))["fits"]           # one file: 15 GiB
+    assert not before["host"]["fits"] and not before["fits"]  # 122 GiB of files, 64 of shm
+    assert plan(shape, Settings(shm_gib=64.0))["fits"]  # one file: 15 GiB
 
 
 def test_a_bad_model_or_config_is_one_line(tmp_path):

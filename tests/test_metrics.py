@@ -20,30 +20,34 @@ def exact_pass_at_k(n, c, k):
 
 
 def test_pass_at_k_matches_hand_computed_values():
-    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)          # 1 - C(3,2)/C(5,2) = 1 - 3/10
-    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)          # c / n
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)  # c / n
     assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)
-    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)          # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
 
 
 def test_pass_at_k_agrees_with_exact_binomials_on_a_grid():
     for n in range(1, 13):
         for c in range(n + 1):
             for k in range(1, n + 1):
-                assert pass_at_k(n, c, k) == pytest.approx(float(exact_pass_at_k(n, c, k)), abs=1e-12)
+                assert pass_at_k(n, c, k) == pytest.approx(
+                    float(exact_pass_at_k(n, c, k)), abs=1e-12
+                )
 
 
 def test_pass_at_k_is_zero_without_a_correct_sample_and_one_when_fewer_than_k_are_wrong():
     assert pass_at_k(8, 0, 1) == 0.0
     assert pass_at_k(8, 0, 8) == 0.0
-    assert pass_at_k(8, 7, 2) == 1.0   # n - c = 1 < k: every pair holds a correct sample
+    assert pass_at_k(8, 7, 2) == 1.0  # n - c = 1 < k: every pair holds a correct sample
     assert pass_at_k(8, 8, 1) == 1.0
-    assert pass_at_k(8, 6, 2) < 1.0    # n - c = 2 = k: one all-wrong pair exists
+    assert pass_at_k(8, 6, 2) < 1.0  # n - c = 2 = k: one all-wrong pair exists
 
 
 def test_pass_at_k_stays_accurate_for_thousands_of_samples():
     # C(2000, 1000) overflows floats; the product form must not.
-    assert pass_at_k(2000, 3, 1000) == pytest.approx(float(exact_pass_at_k(2000, 3, 1000)), rel=1e-12)
+    assert pass_at_k(2000, 3, 1000) == pytest.approx(
+        float(exact_pass_at_k(2000, 3, 1000)), rel=1e-12
+    )
     assert pass_at_k(1000, 1, 1) == pytest.approx(0.001, rel=1e-12)
 
 
@@ -123,8 +127,8 @@ def test_majority_vote_takes_the_most_common_answer_and_counts_no_answer_as_no_v
     from evaluators.metrics import majority_correct
 
     assert majority_correct(["7", "3", "7", None], [1, 0, 1, 0]) == 1.0
-    assert majority_correct(["3", "7", "3", "7"], [0, 1, 0, 1]) == 0.0       # a tie: the first
-    assert majority_correct([None, None, "7"], [0, 0, 1]) == 1.0            # one vote wins
+    assert majority_correct(["3", "7", "3", "7"], [0, 1, 0, 1]) == 0.0  # a tie: the first
+    assert majority_correct([None, None, "7"], [0, 0, 1]) == 1.0  # one vote wins
     assert majority_correct([None, None], [0, 0]) == 0.0
     with pytest.raises(ValueError):
         majority_correct(["1"], [1, 0])

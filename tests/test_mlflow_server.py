@@ -53,8 +53,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mlflow-server")
-    proc, uri = start(f"sqlite:///{tmp}/mlflow.db", str(tmp / "artifacts"), "127.0.0.1",
-                      _free_port(), log=str(tmp / "server.log"))
+    proc, uri = start(
+        f"sqlite:///{tmp}/mlflow.db",
+        str(tmp / "artifacts"),
+        "127.0.0.1",
+        _free_port(),
+        log=str(tmp / "server.log"),
+    )
     try:
         yield proc, uri
     finally:
@@ -69,9 +74,15 @@ def test_concurrent_writers_lose_nothing(server):
     proc, uri = server
     client = MlflowClient(uri)
     exp = client.create_experiment("concurrency")
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, uri, exp, str(i), str(STEPS)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for i in range(WRITERS)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, uri, exp, str(i), str(STEPS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(WRITERS)
+    ]
     results = []
     for w in writers:
         out, err = w.communicate(timeout=120)
@@ -86,16 +97,24 @@ def test_concurrent_writers_lose_nothing(server):
         run = by_id[res["run_id"]]
         assert run.info.status == "FINISHED"
         assert run.data.params == {"writer": str(i), "lr": "1e-6", "seed": str(i)}
-        assert {"writer": str(i), "kind": "concurrency", "host": "local"}.items() <= run.data.tags.items()
+        assert {
+            "writer": str(i),
+            "kind": "concurrency",
+            "host": "local",
+        }.items() <= run.data.tags.items()
         loss = sorted((m.step, m.value) for m in client.get_metric_history(res["run_id"], "loss"))
-        reward = sorted((m.step, m.value) for m in client.get_metric_history(res["run_id"], "reward"))
+        reward = sorted(
+            (m.step, m.value) for m in client.get_metric_history(res["run_id"], "reward")
+        )
         assert loss == [(s, i * 1000 + s / 4) for s in range(STEPS)]
         assert reward == [(s, i + s / 1000) for s in range(STEPS)]
     values = WRITERS * STEPS * 2
     calls = sum(r["calls"] for r in results)
-    print(f"\nmlflow server ({uri}, sqlite, 4 workers): {WRITERS} writer processes, {WRITERS} runs, "
-          f"{values} metric values in {calls} requests, {seconds:.1f} s, "
-          f"{values / seconds:.0f} values/s, {calls / seconds:.0f} requests/s; none lost")
+    print(
+        f"\nmlflow server ({uri}, sqlite, 4 workers): {WRITERS} writer processes, {WRITERS} runs, "
+        f"{values} metric values in {calls} requests, {seconds:.1f} s, "
+        f"{values / seconds:.0f} values/s, {calls / seconds:.0f} requests/s; none lost"
+    )
     assert proc.poll() is None
 
 
@@ -104,9 +123,21 @@ def test_second_server_on_the_same_port_is_a_one_line_error(server, tmp_path):
     port = int(uri.rsplit(":", 1)[1])
     with pytest.raises(ServerError, match=f"port {port} .* already in use"):
         start(f"sqlite:///{tmp_path}/other.db", str(tmp_path / "a"), "127.0.0.1", port)
-    cli = subprocess.run([sys.executable, "-m", "pipeline.mlflow_server", "--port", str(port),
-                          "--backend-store-uri", f"sqlite:///{tmp_path}/other.db"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.mlflow_server",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/other.db",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 2
     lines = cli.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: port {port} on 127.0.0.1 is already")
@@ -116,11 +147,25 @@ def test_second_server_on_the_same_port_is_a_one_line_error(server, tmp_path):
 def test_a_server_that_cannot_start_is_a_one_line_error(tmp_path):
     port = _free_port()
     t0 = time.time()
-    cli = subprocess.run([sys.executable, "-m", "pipeline.mlflow_server", "--port", str(port),
-                          "--backend-store-uri", "nosuchdb://nowhere/x", "--log",
-                          str(tmp_path / "server.log"), "--artifacts-destination",
-                          str(tmp_path / "a")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.mlflow_server",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            "nosuchdb://nowhere/x",
+            "--log",
+            str(tmp_path / "server.log"),
+            "--artifacts-destination",
+            str(tmp_path / "a"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode == 2, cli.stderr
     lines = cli.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: mlflow server exited with code"), lines

@@ -22,9 +22,18 @@ import pytest
 
 from gspo.tracking.store import ui_link
 
-BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000"]
+BROWSER_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1400,1000",
+]
 
 
 def _free_port() -> int:
@@ -35,8 +44,9 @@ def _free_port() -> int:
 
 def _http(method: str, url: str, body=None, timeout=30):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         text = r.read().decode()
     return json.loads(text) if text.strip().startswith(("{", "[")) else text
@@ -66,10 +76,27 @@ def ui(store, tmp_path_factory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("ui") / "mlflow-ui.log", "w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri",
-                             "sqlite:///results/mlflow.db", "--host", "127.0.0.1", "--port",
-                             str(port), "--workers", "1"], cwd=store, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            "sqlite:///results/mlflow.db",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=store,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_http(f"{base}/health", proc, 120)
@@ -87,17 +114,31 @@ def ui(store, tmp_path_factory):
 def test_the_ui_server_lists_the_experiment_and_its_runs_over_rest(ui):
     exp = _http("GET", f"{ui}/api/2.0/mlflow/experiments/get-by-name?experiment_name=smoke")
     exp_id = exp["experiment"]["experiment_id"]
-    runs = _http("POST", f"{ui}/api/2.0/mlflow/runs/search",
-                 {"experiment_ids": [exp_id], "filter": "tags.stage = 'rl'", "max_results": 100})
+    runs = _http(
+        "POST",
+        f"{ui}/api/2.0/mlflow/runs/search",
+        {"experiment_ids": [exp_id], "filter": "tags.stage = 'rl'", "max_results": 100},
+    )
     names = sorted(r["info"]["run_name"] for r in runs["runs"])
-    assert names == ["grpo-seed0", "grpo-seed1", "gspo-bf16-rollout-seed0",
-                     "gspo-bf16-rollout-seed1", "gspo-seed0", "gspo-seed1", "gspo-trl-seed0",
-                     "gspo-trl-seed1"]
+    assert names == [
+        "grpo-seed0",
+        "grpo-seed1",
+        "gspo-bf16-rollout-seed0",
+        "gspo-bf16-rollout-seed1",
+        "gspo-seed0",
+        "gspo-seed1",
+        "gspo-trl-seed0",
+        "gspo-trl-seed1",
+    ]
     rid = next(r["info"]["run_id"] for r in runs["runs"] if r["info"]["run_name"] == "gspo-seed0")
-    hist = _http("GET", f"{ui}/api/2.0/mlflow/metrics/get-history?run_id={rid}"
-                        "&metric_key=eval/aime/pass_at_1")
+    hist = _http(
+        "GET",
+        f"{ui}/api/2.0/mlflow/metrics/get-history?run_id={rid}&metric_key=eval/aime/pass_at_1",
+    )
     assert sorted(int(m["step"]) for m in hist["metrics"]) == [0, 2, 4]
-    comp = _http("GET", f"{ui}/api/2.0/mlflow/metrics/get-history?run_id={rid}&metric_key=compute_flops")
+    comp = _http(
+        "GET", f"{ui}/api/2.0/mlflow/metrics/get-history?run_id={rid}&metric_key=compute_flops"
+    )
     assert {0, 2, 4} <= {int(m["step"]) for m in comp["metrics"]}
 
 
@@ -106,10 +147,17 @@ class WebDriver:
 
     def __init__(self, url: str, binary: str, user_data_dir: str):
         self.url = url
-        caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": binary,
-                                   "args": BROWSER_FLAGS + [f"--user-data-dir={user_data_dir}"]}}}}
+        caps = {
+            "capabilities": {
+                "alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": {
+                        "binary": binary,
+                        "args": BROWSER_FLAGS + [f"--user-data-dir={user_data_dir}"],
+                    },
+                }
+            }
+        }
         self.session = _http("POST", f"{url}/session", caps, timeout=120)["value"]["sessionId"]
 
     def cmd(self, method, path, body=None):
@@ -119,8 +167,9 @@ class WebDriver:
         self.cmd("POST", "/url", {"url": url})
 
     def text(self) -> str:
-        return self.cmd("POST", "/execute/sync", {"script": "return document.body.innerText;",
-                                                   "args": []})
+        return self.cmd(
+            "POST", "/execute/sync", {"script": "return document.body.innerText;", "args": []}
+        )
 
     def wait_for_text(self, needles, timeout=90) -> str:
         deadline = time.time() + timeout
@@ -141,7 +190,11 @@ class WebDriver:
 
 @pytest.fixture
 def browser(tmp_path):
-    binary = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    binary = (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
     driver = shutil.which("chromedriver")
     if not (binary and driver):
         msg = "headless browser test needs Debian packages chromium and chromium-driver"
@@ -149,9 +202,12 @@ def browser(tmp_path):
             pytest.fail(msg)
         pytest.skip(msg)
     port = _free_port()
-    proc = subprocess.Popen([driver, f"--port={port}", "--allowed-ips=127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [driver, f"--port={port}", "--allowed-ips=127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _wait_http(f"http://127.0.0.1:{port}/status", proc, 60)
         wd = WebDriver(f"http://127.0.0.1:{port}", binary, str(tmp_path / "chrome-profile"))
@@ -165,8 +221,7 @@ def browser(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_ui_web_page_shows_the_experiment_and_its_runs_in_headless_chromium(ui, store,
-                                                                                 browser):
+def test_the_ui_web_page_shows_the_experiment_and_its_runs_in_headless_chromium(ui, store, browser):
     exp = _http("GET", f"{ui}/api/2.0/mlflow/experiments/get-by-name?experiment_name=smoke")
     exp_id = exp["experiment"]["experiment_id"]
     browser.get(f"{ui}/#/experiments")

@@ -45,6 +45,6 @@ def test_a_saved_preset_generates_with_transformers_by_path(tiny_model_dir):
 
 
 def test_every_preset_builds(tmp_path):
-    corpus = ["1+1=2", "print(input())"] * 20        # the BPE preset trains on the texts it gets
+    corpus = ["1+1=2", "print(input())"] * 20  # the BPE preset trains on the texts it gets
     for name in PRESETS:
         assert (build_tiny(name, tmp_path / name, corpus=corpus) / "config.json").is_file()

@@ -29,7 +29,7 @@ def toy_batch(n=4, prompt=5, seed=0):
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(3, 100, (prompt,), generator=g).tolist() for _ in range(n)]
     responses = [torch.randint(3, 100, (3 + 2 * i,), generator=g).tolist() for i in range(n)]
-    return pad_batch(prompts, responses, pad_id=0)     # rows of different lengths: padding
+    return pad_batch(prompts, responses, pad_id=0)  # rows of different lengths: padding
 
 
 def record(model, batch, **kw):
@@ -63,7 +63,7 @@ def test_recording_keeps_one_b_t_k_tensor_per_layer_whose_rows_follow_the_batch_
         part, _ = record(model, {k: v[idx] for k, v in batch.items()})
     assert set(full.layers) == {0, 1} and full.shape == (B, L, 2)
     assert all(t.dtype == torch.uint8 for t in full.layers.values())
-    assert full.nbytes == 2 * B * L * 2                 # layers * tokens * k * one byte
+    assert full.nbytes == 2 * B * L * 2  # layers * tokens * k * one byte
     real = batch["attention_mask"][idx].bool()
     for i in full.layers:
         assert torch.equal(full.rows(idx).layers[i][real], part.layers[i][real])
@@ -83,7 +83,7 @@ def test_replay_fixes_the_selection_that_perturbed_routers_would_change(model):
     v_free = moe.volatility(old, free, pos)["moe/volatility"]
     assert 0 < v_free < 1
     assert moe.volatility(old, replayed, pos)["moe/volatility"] == 0
-    for i in old.layers:   # identical selection everywhere, padding included
+    for i in old.layers:  # identical selection everywhere, padding included
         assert torch.equal(old.layers[i], replayed.layers[i])
 
 
@@ -118,15 +118,22 @@ def test_a_replay_cache_of_other_rows_is_refused_with_the_shapes(model):
         with pytest.raises(moe.RoutingError, match=r"replayed routing is \(2, .*Routing.rows"):
             with moe.routing_hooks(model, replay=old.rows(slice(0, 2))):
                 sequence_logprobs(model, batch)
-    assert all(not g._forward_hooks for _, _, g in moe.routers(model))   # hooks removed
+    assert all(not g._forward_hooks for _, _, g in moe.routers(model))  # hooks removed
 
 
 def test_volatility_compares_expert_sets_not_their_order_and_only_masked_positions():
-    old = moe.Routing({0: torch.tensor([[[0, 1], [2, 3], [4, 5]]]),
-                       3: torch.tensor([[[0, 1], [2, 3], [4, 5]]])}, 8)
-    new = moe.Routing({0: torch.tensor([[[1, 0], [2, 7], [6, 7]]]),     # same set, one, two swapped
-                       3: torch.tensor([[[0, 1], [2, 3], [5, 4]]])}, 8)
-    mask = torch.tensor([[True, True, False]])       # the last position is not a response target
+    old = moe.Routing(
+        {0: torch.tensor([[[0, 1], [2, 3], [4, 5]]]), 3: torch.tensor([[[0, 1], [2, 3], [4, 5]]])},
+        8,
+    )
+    new = moe.Routing(
+        {
+            0: torch.tensor([[[1, 0], [2, 7], [6, 7]]]),  # same set, one, two swapped
+            3: torch.tensor([[[0, 1], [2, 3], [5, 4]]]),
+        },
+        8,
+    )
+    mask = torch.tensor([[True, True, False]])  # the last position is not a response target
     v = moe.volatility(old, new, mask)
     assert v["moe/volatility/layer_0"] == 0.5 and v["moe/volatility/layer_3"] == 0.0
     assert v["moe/volatility"] == 0.25
@@ -140,26 +147,33 @@ def test_load_balance_is_one_for_uniform_routing_and_low_when_two_experts_take_a
     assert lb["moe/max_expert_share"] == pytest.approx(1 / 8)
     assert sum(lb[f"moe/expert_share/{e}"] for e in range(8)) == pytest.approx(1.0)
     skewed = moe.Routing({0: torch.tensor([[[0, 1], [0, 1], [6, 7]]])}, 8)
-    lb = moe.load_balance(skewed, torch.tensor([[1, 1, 0]]))          # padding not counted
-    assert lb["moe/load_entropy"] == pytest.approx(1 / 3)             # log 2 / log 8
+    lb = moe.load_balance(skewed, torch.tensor([[1, 1, 0]]))  # padding not counted
+    assert lb["moe/load_entropy"] == pytest.approx(1 / 3)  # log 2 / log 8
     assert lb["moe/max_expert_share"] == 0.5 and lb["moe/expert_share/6"] == 0.0
 
 
 def test_the_hooks_aux_loss_equals_the_models_own_load_balancing_loss(model):
     batch = toy_batch()
     with torch.no_grad(), moe.routing_hooks(model, keep_logits=True) as h:
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    output_router_logits=True, use_cache=False)
-    assert float(h.aux_loss(batch["attention_mask"])) == pytest.approx(float(out.aux_loss), rel=1e-6)
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            output_router_logits=True,
+            use_cache=False,
+        )
+    assert float(h.aux_loss(batch["attention_mask"])) == pytest.approx(
+        float(out.aux_loss), rel=1e-6
+    )
 
 
 # -- the trainer ----------------------------------------------------------------------------
+
 
 def engine_samples(model_dir, dtype="float32", n=3, seed=0):
     from gspo.rollout import make_engine
 
     eng = make_engine("torch", model_dir, dtype=dtype)
-    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]      # unequal: left padding in the engine
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]  # unequal: left padding in the engine
     groups = eng.generate(prompts, n=n, max_new_tokens=10, seed=seed, return_routing=True)
     flat_p = [p for p, g in zip(prompts, groups) for _ in g]
     flat_c = [c for g in groups for c in g]
@@ -168,7 +182,7 @@ def engine_samples(model_dir, dtype="float32", n=3, seed=0):
 
 def test_the_torch_engine_returns_the_experts_of_every_token_it_fed(model, tiny_moe_model_dir):
     prompts, comps = engine_samples(tiny_moe_model_dir)
-    assert len({len(c.token_ids) for c in comps}) > 1                   # rows stopped apart
+    assert len({len(c.token_ids) for c in comps}) > 1  # rows stopped apart
     for p, c in zip(prompts, comps):
         assert set(c.routing) == {0, 1}
         assert all(t.shape == (len(p) + len(c.token_ids) - 1, 2) for t in c.routing.values())
@@ -220,8 +234,10 @@ def test_recording_under_replay_gives_both_the_used_and_the_routers_own_experts(
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("moe-data")
-    write_jsonl(aime.generate(20, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
-                     d / "train.jsonl")
+    write_jsonl(
+        aime.generate(20, split="train", seed=0, difficulty=aime.Difficulty(1, 3)),
+        d / "train.jsonl",
+    )
     return d
 
 
@@ -234,18 +250,34 @@ def text_rewards():
 
 
 def moe_cfg(data, model_dir, out, **kw):
-    base = dict(model=str(model_dir), out_dir=str(out), train_data=[DataSource(str(data / "train.jsonl"))],
-                steps=2, prompts_per_step=2, group_size=4, minibatches=4, lr=3e-5,
-                max_new_tokens=12, ckpt_every=2, threads=1)
+    base = dict(
+        model=str(model_dir),
+        out_dir=str(out),
+        train_data=[DataSource(str(data / "train.jsonl"))],
+        steps=2,
+        prompts_per_step=2,
+        group_size=4,
+        minibatches=4,
+        lr=3e-5,
+        max_new_tokens=12,
+        ckpt_every=2,
+        threads=1,
+    )
     base.update(kw)
     return RLConfig(**base)
 
 
-def test_moe_only_options_on_a_dense_model_are_errors_naming_the_field(data, tiny_model_dir, tmp_path):
+def test_moe_only_options_on_a_dense_model_are_errors_naming_the_field(
+    data, tiny_model_dir, tmp_path
+):
     with pytest.raises(ConfigError, match=r"routing_replay: needs a Mixture-of-Experts policy"):
-        trainer_mod.Trainer(moe_cfg(data, tiny_model_dir, tmp_path / "a", routing_replay=True), rewards)
+        trainer_mod.Trainer(
+            moe_cfg(data, tiny_model_dir, tmp_path / "a", routing_replay=True), rewards
+        )
     with pytest.raises(ConfigError, match=r"router_aux_loss_coef: needs a Mixture-of-Experts"):
-        trainer_mod.Trainer(moe_cfg(data, tiny_model_dir, tmp_path / "b", router_aux_loss_coef=0.1), rewards)
+        trainer_mod.Trainer(
+            moe_cfg(data, tiny_model_dir, tmp_path / "b", router_aux_loss_coef=0.1), rewards
+        )
     with pytest.raises(ConfigError, match=r"routing_replay: needs old_logprobs: recompute"):
         moe_cfg(data, tiny_model_dir, tmp_path, routing_replay=True, old_logprobs="rollout")
 
@@ -257,11 +289,20 @@ def test_a_dense_run_logs_no_moe_metrics(data, tiny_model_dir, tmp_path, text_re
 
 
 def test_an_aux_loss_coefficient_adds_the_loss_and_changes_the_router_update(
-        data, tiny_moe_model_dir, tmp_path, text_rewards):
+    data, tiny_moe_model_dir, tmp_path, text_rewards
+):
     gates = {}
     for coef in (0.0, 1.0):
-        tr = trainer_mod.Trainer(moe_cfg(data, tiny_moe_model_dir, tmp_path / str(coef),
-                                         router_aux_loss_coef=coef, minibatches=1), text_rewards)
+        tr = trainer_mod.Trainer(
+            moe_cfg(
+                data,
+                tiny_moe_model_dir,
+                tmp_path / str(coef),
+                router_aux_loss_coef=coef,
+                minibatches=1,
+            ),
+            text_rewards,
+        )
         batch = toy_batch(n=8)
         old_logp, _ = tr.old_logprobs(batch)
         adv = torch.tensor([1.0, -1.0] * 4)
@@ -276,14 +317,26 @@ def test_an_aux_loss_coefficient_adds_the_loss_and_changes_the_router_update(
 
 @pytest.mark.parametrize("replay", [False, True])
 def test_rl_on_tiny_moe_logs_volatility_load_balance_and_the_cache_size(
-        data, tiny_moe_model_dir, tmp_path, text_rewards, replay):
-    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=replay), text_rewards)
+    data, tiny_moe_model_dir, tmp_path, text_rewards, replay
+):
+    trainer_mod.run_rl(
+        moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=replay), text_rewards
+    )
     rows = read_metrics(tmp_path / "metrics.jsonl")
     for r in rows:
-        for key in ("moe/volatility", "moe/volatility/layer_0", "moe/volatility/layer_1",
-                    "moe/expert_overlap", "moe/load_entropy", "moe/load_entropy_min_layer",
-                    "moe/max_expert_share", "moe/expert_share/7", "moe/aux_loss",
-                    "moe/routing_cache_bytes", "time_moe_s"):
+        for key in (
+            "moe/volatility",
+            "moe/volatility/layer_0",
+            "moe/volatility/layer_1",
+            "moe/expert_overlap",
+            "moe/load_entropy",
+            "moe/load_entropy_min_layer",
+            "moe/max_expert_share",
+            "moe/expert_share/7",
+            "moe/aux_loss",
+            "moe/routing_cache_bytes",
+            "time_moe_s",
+        ):
             assert key in r, key
         assert 0 <= r["moe/volatility"] <= 1 and 0 < r["moe/load_entropy"] <= 1
         assert r["moe/routing_cache_bytes"] > 0
@@ -292,8 +345,11 @@ def test_rl_on_tiny_moe_logs_volatility_load_balance_and_the_cache_size(
 
 
 def test_rollout_logprobs_measure_volatility_on_the_on_policy_minibatch(
-        data, tiny_moe_model_dir, tmp_path, text_rewards):
-    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, old_logprobs="rollout"), text_rewards)
+    data, tiny_moe_model_dir, tmp_path, text_rewards
+):
+    trainer_mod.run_rl(
+        moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, old_logprobs="rollout"), text_rewards
+    )
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert row["old_logprob_passes"] == 0
     assert 0 <= row["moe/volatility"] <= 1 and "moe/routing_cache_bytes" not in row
@@ -302,44 +358,82 @@ def test_rollout_logprobs_measure_volatility_on_the_on_policy_minibatch(
 def test_engine_routing_replay_options_are_checked_with_a_fix(data, tiny_moe_model_dir, tmp_path):
     from gspo.config.train import RolloutConfig
 
-    with pytest.raises(ConfigError, match=r"routing_replay_source: 'engine' says .* routing_replay: true"):
+    with pytest.raises(
+        ConfigError, match=r"routing_replay_source: 'engine' says .* routing_replay: true"
+    ):
         moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay_source="engine")
     with pytest.raises(ConfigError, match=r"routing_replay_source: must be 'trainer' or 'engine'"):
-        moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True, routing_replay_source="vllm")
-    with pytest.raises(ConfigError, match=r"routing_replay_source: 'engine' needs rollout.engine: torch"):
-        moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True, routing_replay_source="engine",
-                rollout=RolloutConfig(engine="vllm"))
+        moe_cfg(
+            data, tiny_moe_model_dir, tmp_path, routing_replay=True, routing_replay_source="vllm"
+        )
+    with pytest.raises(
+        ConfigError, match=r"routing_replay_source: 'engine' needs rollout.engine: torch"
+    ):
+        moe_cfg(
+            data,
+            tiny_moe_model_dir,
+            tmp_path,
+            routing_replay=True,
+            routing_replay_source="engine",
+            rollout=RolloutConfig(engine="vllm"),
+        )
 
 
 @pytest.mark.parametrize("old_logprobs", ["recompute", "rollout"])
 def test_rl_replaying_the_engines_routing_trains_and_logs_the_engine_trainer_mismatch(
-        data, tiny_moe_model_dir, tmp_path, text_rewards, old_logprobs):
-    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, routing_replay=True,
-                               routing_replay_source="engine", old_logprobs=old_logprobs), text_rewards)
+    data, tiny_moe_model_dir, tmp_path, text_rewards, old_logprobs
+):
+    trainer_mod.run_rl(
+        moe_cfg(
+            data,
+            tiny_moe_model_dir,
+            tmp_path,
+            routing_replay=True,
+            routing_replay_source="engine",
+            old_logprobs=old_logprobs,
+        ),
+        text_rewards,
+    )
     rows = read_metrics(tmp_path / "metrics.jsonl")
-    assert [r["old_logprob_passes"] for r in rows] == ([1, 2] if old_logprobs == "recompute" else [0, 0])
+    assert [r["old_logprob_passes"] for r in rows] == (
+        [1, 2] if old_logprobs == "recompute" else [0, 0]
+    )
     for r in rows:
-        assert 0 <= r["moe/engine_routing_mismatch"] <= 0.01     # fp32 engine: the same routers
+        assert 0 <= r["moe/engine_routing_mismatch"] <= 0.01  # fp32 engine: the same routers
         assert 0 <= r["moe/volatility"] <= 1 and r["moe/routing_cache_bytes"] > 0
         assert r["skipped_updates"] == 0
 
 
 def test_a_bf16_engine_routes_some_tokens_unlike_the_fp32_trainer(
-        data, tiny_moe_model_dir, tmp_path, text_rewards):
+    data, tiny_moe_model_dir, tmp_path, text_rewards
+):
     from gspo.config.train import RolloutConfig
 
-    trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path, steps=1, prompts_per_step=4,
-                               max_new_tokens=24, rollout=RolloutConfig(dtype="bfloat16")), text_rewards)
+    trainer_mod.run_rl(
+        moe_cfg(
+            data,
+            tiny_moe_model_dir,
+            tmp_path,
+            steps=1,
+            prompts_per_step=4,
+            max_new_tokens=24,
+            rollout=RolloutConfig(dtype="bfloat16"),
+        ),
+        text_rewards,
+    )
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert 0 < row["moe/engine_routing_mismatch"] < 0.5
 
 
 def test_a_stopped_replay_run_resumes_to_identical_weights_and_metrics(
-        data, tiny_moe_model_dir, tmp_path, text_rewards, monkeypatch):
+    data, tiny_moe_model_dir, tmp_path, text_rewards, monkeypatch
+):
     from safetensors.torch import load_file
 
     cfg = dict(steps=3, routing_replay=True, minibatches=2, prompts_per_step=1, max_new_tokens=8)
-    full = trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "full", **cfg), text_rewards)
+    full = trainer_mod.run_rl(
+        moe_cfg(data, tiny_moe_model_dir, tmp_path / "full", **cfg), text_rewards
+    )
     original = trainer_mod.Trainer.rollout
 
     def crash_at_step_3(self, step):
@@ -352,9 +446,12 @@ def test_a_stopped_replay_run_resumes_to_identical_weights_and_metrics(
         trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), text_rewards)
     assert list_checkpoints(tmp_path / "cut" / "checkpoints")[-1].name == "step_000002"
     monkeypatch.setattr(trainer_mod.Trainer, "rollout", original)
-    resumed = trainer_mod.run_rl(moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), text_rewards)
+    resumed = trainer_mod.run_rl(
+        moe_cfg(data, tiny_moe_model_dir, tmp_path / "cut", **cfg), text_rewards
+    )
     a, b = load_file(str(full / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731
-    assert strip(read_metrics(tmp_path / "full" / "metrics.jsonl")) == \
-        strip(read_metrics(tmp_path / "cut" / "metrics.jsonl"))
+    assert strip(read_metrics(tmp_path / "full" / "metrics.jsonl")) == strip(
+        read_metrics(tmp_path / "cut" / "metrics.jsonl")
+    )

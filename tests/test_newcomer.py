@@ -50,6 +50,7 @@ def test_the_first_tasks_commands_that_are_cheap_run_as_written(tmp_path):
     [dry] = [c for c in cmds if "snakemake -n --" in c]
     r = run(f"{dry} -d {tmp_path}")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert re.search(r"^plan: compute, estimated: ~[\d,]+ H100 GPU-hours \(sft \d+, rl ",
-                     r.stderr, re.M), r.stderr[-3000:]
+    assert re.search(
+        r"^plan: compute, estimated: ~[\d,]+ H100 GPU-hours \(sft \d+, rl ", r.stderr, re.M
+    ), r.stderr[-3000:]
     assert re.search(r"^warning: the MLflow store is SQLite .* slurm executor", r.stderr, re.M)

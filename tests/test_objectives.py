@@ -111,8 +111,9 @@ def test_sequence_clipping_engages_exactly_outside_the_band_in_the_advantages_di
     lo, hi = DEFAULT_EPS["gspo"]
     for s in [0.9990, 1 - lo - 1e-5, 1 - lo + 1e-5, 1.0, 1 + hi - 1e-5, 1 + hi + 1e-5, 1.0020]:
         logp = torch.full((1, 4), math.log(s), dtype=torch.float64)
-        _, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([adv_sign]),
-                           torch.ones(1, 4), **GSPO)
+        _, m = policy_loss(
+            logp, torch.zeros_like(logp), torch.tensor([adv_sign]), torch.ones(1, 4), **GSPO
+        )
         expect = (s > 1 + hi) if adv_sign > 0 else (s < 1 - lo)
         assert m["clip_frac_seqs"] == float(expect), s
 
@@ -145,9 +146,9 @@ def test_per_sequence_aggregation_does_not_weight_sequences_by_length():
     mask = torch.tensor([[1.0, 0, 0], [1, 1, 1]])
     adv = torch.tensor([1.0, -1.0])
     loss, _ = policy_loss(old.clone().requires_grad_(True), old, adv, mask, **GSPO)
-    assert loss.item() == pytest.approx(0.0)                      # -(1 - 1) / 2
+    assert loss.item() == pytest.approx(0.0)  # -(1 - 1) / 2
     loss_tok, _ = policy_loss(old.clone(), old, adv, mask, **GSPO, agg="token-mean")
-    assert loss_tok.item() == pytest.approx(-(1 - 3) / 4)       # length-weighted: not zero
+    assert loss_tok.item() == pytest.approx(-(1 - 3) / 4)  # length-weighted: not zero
     loss_sum, _ = policy_loss(old.clone(), old, adv, mask, **GSPO, agg="seq-mean-token-sum")
     assert loss_sum.item() == pytest.approx(-(1 - 3) / 2)
 
@@ -155,8 +156,9 @@ def test_per_sequence_aggregation_does_not_weight_sequences_by_length():
 @pytest.mark.parametrize("kw", [GRPO, GSPO, GSPO_TOKEN], ids=["grpo", "gspo", "gspo_token"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extreme_log_ratios_keep_loss_and_gradients_finite(kw, dtype):
-    logp = torch.tensor([[100.0, -100.0, 50.0], [-100.0, -100.0, -100.0]], dtype=dtype,
-                        requires_grad=True)
+    logp = torch.tensor(
+        [[100.0, -100.0, 50.0], [-100.0, -100.0, -100.0]], dtype=dtype, requires_grad=True
+    )
     old = torch.zeros(2, 3, dtype=dtype)
     loss, m = policy_loss(logp, old, torch.tensor([-2.0, 3.0]), torch.ones(2, 3), **kw)
     loss.backward()
@@ -167,8 +169,15 @@ def test_extreme_log_ratios_keep_loss_and_gradients_finite(kw, dtype):
 def test_kl_penalty_to_the_reference_adds_the_k3_estimate():
     logp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
     ref = torch.full((1, 2), math.log(2.0), dtype=torch.float64)
-    loss, m = policy_loss(logp, logp.detach(), torch.tensor([0.0]), torch.ones(1, 2), **GRPO,
-                          ref_logp=ref, kl_coef=0.1)
+    loss, m = policy_loss(
+        logp,
+        logp.detach(),
+        torch.tensor([0.0]),
+        torch.ones(1, 2),
+        **GRPO,
+        ref_logp=ref,
+        kl_coef=0.1,
+    )
     # k3 = exp(ref - logp) - (ref - logp) - 1 = 2 - ln 2 - 1
     assert m["kl_ref"] == pytest.approx(1 - math.log(2))
     assert loss.item() == pytest.approx(0.1 * (1 - math.log(2)))
@@ -191,14 +200,31 @@ def test_token_logprobs_apply_the_temperature_before_the_softmax():
 def test_unknown_objective_or_aggregation_is_rejected_by_name():
     x = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="objective must be one of"):
-        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), objective="ppo", eps_low=.2,
-                    eps_high=.2)
+        policy_loss(
+            x, x, torch.zeros(1), torch.ones(1, 2), objective="ppo", eps_low=0.2, eps_high=0.2
+        )
     with pytest.raises(ValueError, match="agg"):
-        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), objective="grpo", eps_low=.2,
-                    eps_high=.2, agg="sum")
+        policy_loss(
+            x,
+            x,
+            torch.zeros(1),
+            torch.ones(1, 2),
+            objective="grpo",
+            eps_low=0.2,
+            eps_high=0.2,
+            agg="sum",
+        )
     with pytest.raises(ValueError, match="norm_len"):
-        policy_loss(x, x, torch.zeros(1), torch.ones(1, 2), objective="dr_grpo", eps_low=.2,
-                    eps_high=.2, agg="seq-mean-token-sum-norm")
+        policy_loss(
+            x,
+            x,
+            torch.zeros(1),
+            torch.ones(1, 2),
+            objective="dr_grpo",
+            eps_low=0.2,
+            eps_high=0.2,
+            agg="seq-mean-token-sum-norm",
+        )
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 64])
@@ -211,19 +237,26 @@ def test_chunked_logprobs_and_entropy_equal_the_plain_computation_and_so_do_thei
     weight = torch.randn(V, H, generator=g, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(V, generator=g, dtype=torch.float64, requires_grad=True)
     tokens = torch.randint(0, V, (B, T), generator=g)
-    up = torch.randn(B, T, generator=g, dtype=torch.float64)       # upstream gradients
+    up = torch.randn(B, T, generator=g, dtype=torch.float64)  # upstream gradients
     ue = torch.randn(B, T, generator=g, dtype=torch.float64)
 
     def grads(fn):
         lp, ent = fn()
         ((lp * up).sum() + (ent * ue).sum()).backward()
-        out = (lp.detach(), ent.detach(), hidden.grad.clone(), weight.grad.clone(), bias.grad.clone())
+        out = (
+            lp.detach(),
+            ent.detach(),
+            hidden.grad.clone(),
+            weight.grad.clone(),
+            bias.grad.clone(),
+        )
         hidden.grad = weight.grad = bias.grad = None
         return out
 
     plain = grads(lambda: token_logprobs(hidden @ weight.T + bias, tokens, 0.7))
-    chunked = grads(lambda: chunked_token_logprobs(hidden, weight, tokens, 0.7, chunk=chunk,
-                                                    bias=bias))
+    chunked = grads(
+        lambda: chunked_token_logprobs(hidden, weight, tokens, 0.7, chunk=chunk, bias=bias)
+    )
     for a, b in zip(plain, chunked):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -234,15 +267,21 @@ def test_sequence_logprobs_in_chunks_match_the_model_s_own_logits(tiny_model_dir
     from gspo.native.data import pad_batch
 
     model, tok = load_model(tiny_model_dir)
-    batch = pad_batch([tok("12+3=").input_ids, tok("7*8=").input_ids],
-                      [tok("15").input_ids, tok("56 ok").input_ids], tok.pad_token_id)
+    batch = pad_batch(
+        [tok("12+3=").input_ids, tok("7*8=").input_ids],
+        [tok("15").input_ids, tok("56 ok").input_ids],
+        tok.pad_token_id,
+    )
     outs = {}
     for chunk in (0, 3):
         model.zero_grad()
         lp, ent = sequence_logprobs(model, batch, 0.9, with_entropy=True, chunk=chunk)
         ((lp * batch["target_mask"]).sum() + ent.sum()).backward()
-        outs[chunk] = (lp.detach(), ent.detach(),
-                       {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        outs[chunk] = (
+            lp.detach(),
+            ent.detach(),
+            {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+        )
     torch.testing.assert_close(outs[0][0], outs[3][0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(outs[0][1], outs[3][1], rtol=1e-5, atol=1e-6)
     assert outs[0][2].keys() == outs[3][2].keys() and outs[0][2]
@@ -252,6 +291,7 @@ def test_sequence_logprobs_in_chunks_match_the_model_s_own_logits(tiny_model_dir
 
 # -- GSPO's successors, each against values worked out by hand ------------------------------------
 
+
 def flat(rows) -> list[float]:
     return torch.as_tensor(rows, dtype=torch.float64).flatten().tolist()
 
@@ -260,8 +300,16 @@ def test_dapo_clips_higher_and_averages_over_all_tokens():
     # ratios 1.3, 0.5 (sequence 1) and 1.1 (sequence 2), A = 1: 1.3 clips to 1.28, the others not
     logp = leaf([[math.log(1.3), math.log(0.5)], [math.log(1.1), 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
-    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, 1.0]), mask,
-                          objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean")
+    loss, m = policy_loss(
+        logp,
+        torch.zeros_like(logp),
+        torch.tensor([1.0, 1.0]),
+        mask,
+        objective="dapo",
+        eps_low=0.2,
+        eps_high=0.28,
+        agg="token-mean",
+    )
     assert loss.item() == pytest.approx(-(1.28 + 0.5 + 1.1) / 3)
     loss.backward()
     # d(-r / 3)/dlogp = -r / 3; the clipped token none; padding none
@@ -272,9 +320,17 @@ def test_dapo_clips_higher_and_averages_over_all_tokens():
 def test_dr_grpo_sums_tokens_and_divides_by_a_constant_length():
     logp = leaf([[math.log(1.3), math.log(0.5)], [math.log(1.1), 0.0]])
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
-    loss, _ = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, 1.0]), mask,
-                          objective="dr_grpo", eps_low=0.2, eps_high=0.2,
-                          agg="seq-mean-token-sum-norm", norm_len=4)
+    loss, _ = policy_loss(
+        logp,
+        torch.zeros_like(logp),
+        torch.tensor([1.0, 1.0]),
+        mask,
+        objective="dr_grpo",
+        eps_low=0.2,
+        eps_high=0.2,
+        agg="seq-mean-token-sum-norm",
+        norm_len=4,
+    )
     # sequence sums -(1.2 + 0.5) and -1.1, their mean -1.4, over the constant 4
     assert loss.item() == pytest.approx(-1.4 / 4)
     loss.backward()
@@ -283,8 +339,16 @@ def test_dr_grpo_sums_tokens_and_divides_by_a_constant_length():
 
 def test_cispo_clips_the_weight_but_keeps_every_tokens_gradient():
     logp = leaf([[math.log(2.0), math.log(7.0)]])
-    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0]), torch.ones(1, 2),
-                          objective="cispo", eps_low=1.0, eps_high=4.0, agg="token-mean")
+    loss, m = policy_loss(
+        logp,
+        torch.zeros_like(logp),
+        torch.tensor([1.0]),
+        torch.ones(1, 2),
+        objective="cispo",
+        eps_low=1.0,
+        eps_high=4.0,
+        agg="token-mean",
+    )
     # weights sg[clip(r, 0, 5)] = 2 and 5: loss -(2 logp_1 + 5 logp_2) / 2
     assert loss.item() == pytest.approx(-(2 * math.log(2) + 5 * math.log(7)) / 2)
     loss.backward()
@@ -298,8 +362,15 @@ def test_gmpo_takes_the_geometric_mean_of_token_ratios_clipped_in_log_space():
     # A < 0: log ratios 0.6 and -0.6; pessimistic is the larger, max(0.6, 0.4) and
     # max(-0.6, -0.4): 0.6 and -0.4 (the second clipped), mean 0.1.
     logp = leaf([[0.6, -0.2], [0.6, -0.6]])
-    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, -1.0]),
-                          torch.ones(2, 2), objective="gmpo", eps_low=0.4, eps_high=0.4)
+    loss, m = policy_loss(
+        logp,
+        torch.zeros_like(logp),
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2, 2),
+        objective="gmpo",
+        eps_low=0.4,
+        eps_high=0.4,
+    )
     e = math.exp(0.1)
     assert loss.item() == pytest.approx((-e + e) / 2)
     loss.backward()
@@ -312,14 +383,21 @@ def test_gmpo_takes_the_geometric_mean_of_token_ratios_clipped_in_log_space():
 def test_sapo_gates_the_ratio_smoothly_with_a_temperature_per_advantage_sign():
     # r = 2, A = 1, tau 1: gate 4 sigmoid(1); its slope 4 sigmoid(1)(1 - sigmoid(1)) times r
     logp = leaf([[math.log(2.0)], [0.0]])
-    loss, m = policy_loss(logp, torch.zeros_like(logp), torch.tensor([1.0, -1.0]),
-                          torch.ones(2, 1), objective="sapo", tau_pos=1.0, tau_neg=1.05)
+    loss, m = policy_loss(
+        logp,
+        torch.zeros_like(logp),
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2, 1),
+        objective="sapo",
+        tau_pos=1.0,
+        tau_neg=1.05,
+    )
     sig = 1 / (1 + math.exp(-1))
     # r = 1, A = -1, tau 1.05: gate 4 / 1.05 * 1/2
     assert loss.item() == pytest.approx((-4 * sig + 2 / 1.05) / 2)
     loss.backward()
     assert flat(logp.grad) == pytest.approx(flat([[-4 * sig * (1 - sig) * 2 / 2], [1.0 / 2]]))
-    assert m["clip_frac_tokens"] == 0.0          # nothing is clipped: the gate only fades
+    assert m["clip_frac_tokens"] == 0.0  # nothing is clipped: the gate only fades
 
 
 def test_every_registered_objective_is_a_loss_whose_gradient_ascends_the_advantage():
@@ -331,15 +409,24 @@ def test_every_registered_objective_is_a_loss_whose_gradient_ascends_the_advanta
     for name, obj in OBJECTIVES.items():
         # within every clip band (GSPO's is 3e-4 wide): the step is on the gradient, not a clip edge
         logp = (old + 1e-6 * torch.randn(4, 5, generator=g, dtype=torch.float64)).requires_grad_()
-        loss, m = policy_loss(logp, old, torch.tensor([1.0, -1.0, 0.5, -0.5]), torch.ones(4, 5),
-                              objective=name, eps_low=obj.eps[0] or 0.2,
-                              eps_high=obj.eps[1] or 0.2, agg=obj.agg, norm_len=5)
+        loss, m = policy_loss(
+            logp,
+            old,
+            torch.tensor([1.0, -1.0, 0.5, -0.5]),
+            torch.ones(4, 5),
+            objective=name,
+            eps_low=obj.eps[0] or 0.2,
+            eps_high=obj.eps[1] or 0.2,
+            agg=obj.agg,
+            norm_len=5,
+        )
         loss.backward()
         assert torch.isfinite(loss) and set(m) >= {"clip_frac_tokens", "clip_frac_seqs"}, name
         assert (logp.grad[0] < 0).all() and (logp.grad[1] > 0).all(), name
 
 
 # -- DAPO's shaping and the rollout correction -----------------------------------------------------
+
 
 def test_rollout_correction_truncates_or_masks_per_token_or_per_sequence():
     from gspo.core.objectives import rollout_correction
@@ -351,6 +438,7 @@ def test_rollout_correction_truncates_or_masks_per_token_or_per_sequence():
 
     def w(mode):
         return flat(rollout_correction(old, engine, mask, mode, c_min=0.6, c_max=3.0))
+
     assert w("token_truncate") == pytest.approx([2.0, 3.0, 0.6, 0.0])
     assert w("token_mask") == pytest.approx([2.0, 0.0, 0.0, 0.0])
     # the sequence's weight is the product of its tokens': 8 (capped to 3, or masked) and 0.5
@@ -361,9 +449,10 @@ def test_rollout_correction_truncates_or_masks_per_token_or_per_sequence():
 def test_rollout_correction_weights_each_tokens_loss_but_not_the_gradient_of_the_weight():
     logp = leaf([[0.1, -0.1]])
     weights = torch.tensor([[2.0, 0.5]], dtype=torch.float64)
-    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 2), **GRPO,
-                          is_weights=weights)
-    assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2)        # ratio 1 on-policy
+    loss, _ = policy_loss(
+        logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 2), **GRPO, is_weights=weights
+    )
+    assert loss.item() == pytest.approx(-(2.0 + 0.5) / 2)  # ratio 1 on-policy
     loss.backward()
     assert flat(logp.grad) == pytest.approx([-1.0, -0.25])
 
@@ -377,5 +466,6 @@ def test_dapos_overlong_punishment_is_trls_reward_function():
     ours = overlong_penalty(torch.tensor(lengths), max_len=100, buffer=20).tolist()
     assert ours == pytest.approx([0.0, 0.0, -0.05, -0.5, -0.95, -1.0, -1.0])
     theirs = get_soft_overlong_punishment(max_completion_len=100, soft_punish_cache=20)(
-        [[1] * n for n in lengths])
+        [[1] * n for n in lengths]
+    )
     assert ours == pytest.approx(theirs, abs=1e-12)

@@ -47,27 +47,34 @@ def lines(p, executor="local") -> list[str]:
 
 # -- engines --------------------------------------------------------------------------------------
 
+
 def test_a_variant_its_engine_refuses_stops_the_plan_with_trls_own_one_line_reason():
     def rollout_logprobs_on_trl(cfg):
         cfg["variants"]["gspo-trl"]["rl"]["old_logprobs"] = "rollout"
 
     with pytest.raises(ConfigError) as e:
         plan("smoke.yaml", edit=rollout_logprobs_on_trl)
-    assert str(e.value).startswith("config: variants.gspo-trl.rl.old_logprobs: not supported "
-                                   "with engine: trl: 'rollout': TRL's generate returns no")
-    plan("smoke.yaml")          # as shipped, the TRL variant passes TRL's checks
+    assert str(e.value).startswith(
+        "config: variants.gspo-trl.rl.old_logprobs: not supported "
+        "with engine: trl: 'rollout': TRL's generate returns no"
+    )
+    plan("smoke.yaml")  # as shipped, the TRL variant passes TRL's checks
 
 
 def test_an_sft_engine_refusal_stops_the_plan():
     def chunked_trl_sft(cfg):
         cfg["sft"].update(engine="trl", logprob_chunk=64)
 
-    with pytest.raises(ConfigError, match=r"^config: sft\.logprob_chunk: not supported with "
-                                          r"engine: trl"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config: sft\.logprob_chunk: not supported with "
+        r"engine: trl",
+    ):
         plan("smoke.yaml", edit=chunked_trl_sft)
 
 
 # -- the sandbox ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def no_sandbox(monkeypatch):
@@ -92,11 +99,12 @@ def test_a_missing_sandbox_stops_a_real_run_of_code_benchmarks_before_any_job(no
     assert lines(plan("smoke.yaml"))[0].startswith("warning: config: benchmarks / rl_tasks: lcb")
     assert "the jobs run elsewhere" in lines(p, "slurm")[0]
     assert not invocation.runs_jobs(["snakemake", "--lint"]) and invocation.runs_jobs(
-        ["snakemake", "--cores", "2"])
+        ["snakemake", "--cores", "2"]
+    )
 
 
 def test_without_code_benchmarks_the_sandbox_is_not_needed(no_sandbox):
-    def math_only(cfg):      # SFT runs no program: its mix may keep code tasks
+    def math_only(cfg):  # SFT runs no program: its mix may keep code tasks
         cfg.update(benchmarks=["aime"], rl_tasks={"aime": 1.0})
 
     out = lines(plan("smoke.yaml", edit=math_only, dry_run=False))
@@ -104,6 +112,7 @@ def test_without_code_benchmarks_the_sandbox_is_not_needed(no_sandbox):
 
 
 # -- the MLflow store against the executor ----------------------------------------------------------
+
 
 def test_sqlite_with_a_cluster_executor_is_a_one_line_warning_naming_the_server():
     warn = preflight.store_warning("sqlite:////shared/results/mlflow.db", "slurm")
@@ -115,11 +124,11 @@ def test_sqlite_with_a_cluster_executor_is_a_one_line_warning_naming_the_server(
 
 def test_the_executor_comes_from_the_command_line_or_the_profile(tmp_path, monkeypatch):
     monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
-    ex = lambda *a: invocation.executor(ROOT, ["snakemake", *a])   # noqa: E731
-    assert ex("-n") == "local"                                     # profiles/default
+    ex = lambda *a: invocation.executor(ROOT, ["snakemake", *a])  # noqa: E731
+    assert ex("-n") == "local"  # profiles/default
     assert ex("--workflow-profile", str(ROOT / "profiles" / "slurm")) == "slurm"
     assert ex("--workflow-profile=profiles/slurm", "-e", "cluster-generic") == "cluster-generic"
-    monkeypatch.chdir(tmp_path)                 # snakemake -d: a profile named from the project
+    monkeypatch.chdir(tmp_path)  # snakemake -d: a profile named from the project
     monkeypatch.setenv("PWD", str(tmp_path))
     assert ex("--workflow-profile", "profiles/slurm") == "slurm"
     (tmp_path / "config.yaml").write_text("executor: googlebatch\njobs: 4\n")
@@ -129,22 +138,26 @@ def test_the_executor_comes_from_the_command_line_or_the_profile(tmp_path, monke
 
 # -- the compute ----------------------------------------------------------------------------------
 
+
 def test_the_flops_per_token_are_the_trainers_own_accounting(tiny_model_dir, tiny_moe_model_dir):
     from gspo.model.flops import FlopCounter
     from gspo.model.models import load_model
 
-    for folder in (tiny_model_dir, tiny_moe_model_dir):          # dense, and MoE's top-k experts
+    for folder in (tiny_model_dir, tiny_moe_model_dir):  # dense, and MoE's top-k experts
         model, _ = load_model(folder)
         shape = Shape.of(model.config.to_dict())
         for length in (1, 64, 300):
             assert cp.flops_per_token(shape, length) == pytest.approx(
-                FlopCounter(model).forward([length]) / length)
+                FlopCounter(model).forward([length]) / length
+            )
 
 
 def test_decoding_speed_is_the_one_profiles_slurm_sizes_evaluation_with():
     """profiles/slurm/config.yaml: ~2K tokens/s for 1.7B, ~1K for 8B, at 16K-token samples."""
-    per_s = {m: 1e6 / cp.decode_seconds(Shape.of(PRESETS[m]), cp.GPU(), 1e6, 16384, 0.9)
-             for m in ("Qwen3-1.7B", "Qwen3-8B")}
+    per_s = {
+        m: 1e6 / cp.decode_seconds(Shape.of(PRESETS[m]), cp.GPU(), 1e6, 16384, 0.9)
+        for m in ("Qwen3-1.7B", "Qwen3-8B")
+    }
     assert 1500 < per_s["Qwen3-1.7B"] < 2500 and 800 < per_s["Qwen3-8B"] < 1300, per_s
 
 
@@ -153,8 +166,9 @@ def _total(head: str, unit: str) -> float:
 
 
 def test_the_default_costs_what_its_run_took_and_real_scale_what_the_docs_say():
-    default, real = (preflight.compute_lines(plan(*n))
-                     for n in (("default.yaml",), ("real-scale.yaml",)))
+    default, real = (
+        preflight.compute_lines(plan(*n)) for n in (("default.yaml",), ("real-scale.yaml",))
+    )
     # the default run took 1,300 job-seconds on the machine the rates come from (6.4 of them RL,
     # 11.7 evaluation); 10 RL runs, 3 benchmarks x (the SFT model + 10 runs x 4 budgets)
     assert 18 <= _total(default[0], "CPU job-minutes") <= 26, default
@@ -167,8 +181,11 @@ def test_the_default_costs_what_its_run_took_and_real_scale_what_the_docs_say():
 
 
 def test_the_defaults_note_on_a_third_algorithm_is_what_the_plan_counts():
-    line = next(ln for ln in (ROOT / "config" / "default.yaml").read_text().splitlines()
-                if ln.startswith("algorithms:"))
+    line = next(
+        ln
+        for ln in (ROOT / "config" / "default.yaml").read_text().splitlines()
+        if ln.startswith("algorithms:")
+    )
     runs, percent = map(int, re.search(r"\+(\d+) RL runs.*~\+(\d+)% time", line).groups())
     base = plan("default.yaml")
     more = plan("default.yaml", edit=lambda c: c["algorithms"].append("gspo_token"))

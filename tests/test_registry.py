@@ -27,12 +27,18 @@ def test_the_schema_names_the_registered_objectives_and_benchmarks_in_one_place_
     assert defs["algorithm"]["enum"] == list(OBJECTIVES), "workflow/schemas: $defs/algorithm"
     assert defs["benchmark"]["enum"] == list(tasks.BENCHMARKS), "workflow/schemas: $defs/benchmark"
     props = SCHEMA["properties"]
-    refs = [props["algorithms"]["items"],
-            props["variants"]["additionalProperties"]["properties"]["algorithm"],
-            props["rl"]["properties"]["per_algorithm"]["propertyNames"]]
+    refs = [
+        props["algorithms"]["items"],
+        props["variants"]["additionalProperties"]["properties"]["algorithm"],
+        props["rl"]["properties"]["per_algorithm"]["propertyNames"],
+    ]
     assert {r["$ref"] for r in refs} == {"#/$defs/algorithm"}
-    refs = [props["benchmarks"]["items"], props["train_tasks"]["propertyNames"],
-            props["rl_tasks"]["propertyNames"], props["fair"]["properties"]["benchmark"]]
+    refs = [
+        props["benchmarks"]["items"],
+        props["train_tasks"]["propertyNames"],
+        props["rl_tasks"]["propertyNames"],
+        props["fair"]["properties"]["benchmark"],
+    ]
     assert {r["$ref"] for r in refs} == {"#/$defs/benchmark"}
 
 
@@ -41,13 +47,15 @@ def test_every_benchmark_has_its_data_and_eval_sections_in_the_schema_and_the_da
     data, ev = props["data"]["properties"], props["eval"]["properties"]
     for b in tasks.BENCHMARKS:
         assert b in data, f"workflow/schemas: data.{b} (its generated sizes)"
-        assert data["files"]["properties"].get(b, {}).get("$ref") == "#/$defs/task_files", \
+        assert data["files"]["properties"].get(b, {}).get("$ref") == "#/$defs/task_files", (
             f"workflow/schemas: data.files.{b}"
+        )
         assert ev.get(b, {}).get("$ref") == "#/$defs/eval_override", f"workflow/schemas: eval.{b}"
     gen = {f.name for f in dataclasses.fields(DataGenConfig)}
     assert set(tasks.BENCHMARKS) <= gen, "gspo/config/data.py: a DataGenConfig section"
-    assert [f.name for f in dataclasses.fields(DataFiles)] == list(tasks.BENCHMARKS), \
+    assert [f.name for f in dataclasses.fields(DataFiles)] == list(tasks.BENCHMARKS), (
         "gspo/config/data.py: a DataFiles field"
+    )
     assert set(tasks.TITLES) == set(tasks.BENCHMARKS), "evaluators/tasks.py: TITLES"
 
 
@@ -56,8 +64,7 @@ def test_the_engines_maps_are_the_registrys(monkeypatch):
     assert trl_engine.TRL_OBJECTIVES == tuple(n for n, o in OBJECTIVES.items() if o.trl)
     assert {o.trl for o in OBJECTIVES.values()} <= {"", "token", "sequence", "cispo", "sapo"}
     # an objective registered without engine names is refused by both by name, not a KeyError
-    monkeypatch.setitem(OBJECTIVES, "toy", dataclasses.replace(OBJECTIVES["grpo"], trl="",
-                                                               verl=""))
+    monkeypatch.setitem(OBJECTIVES, "toy", dataclasses.replace(OBJECTIVES["grpo"], trl="", verl=""))
     cfg = RLConfig(algorithm="toy", train_data=[DataSource("x.jsonl")])
     for engine in (trl_engine, verl_engine):
         why = dict(engine.refusals(cfg)).get("algorithm", "")
@@ -67,8 +74,10 @@ def test_the_engines_maps_are_the_registrys(monkeypatch):
 def test_the_objectives_page_has_one_row_per_objective_with_its_engines_names():
     text = (ROOT / "docs" / "OBJECTIVES.md").read_text()
     table = text.split("| `algorithm` |")[1].split("\n\n")[0]
-    rows = {m[0]: m[1:] for m in re.findall(r"^\| `([a-z_]+)` \|.*\| ([^|]+) \| ([^|]+) \|$",
-                                            table, re.M)}
+    rows = {
+        m[0]: m[1:]
+        for m in re.findall(r"^\| `([a-z_]+)` \|.*\| ([^|]+) \| ([^|]+) \|$", table, re.M)
+    }
     assert list(rows) == list(OBJECTIVES), "docs/OBJECTIVES.md: the first table's rows"
     for name, o in OBJECTIVES.items():
         named = tuple(f"`{v}`" if v else "refused" for v in (o.trl, o.verl))

@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CONFIGS = [ROOT / "config" / f for f in ("real-scale.yaml", "paper-protocol.yaml", "rehearsal.yaml")]
+CONFIGS = [
+    ROOT / "config" / f for f in ("real-scale.yaml", "paper-protocol.yaml", "rehearsal.yaml")
+]
 
 
 def _leaves(d: dict, prefix=()):
@@ -58,17 +60,29 @@ def test_every_rehearsal_field_differs_from_the_real_scale_config_and_says_why()
     for path, value in _leaves(yaml.safe_load(text)):
         assert _get(base, path) != value, f"{'.'.join(path)} repeats real-scale's value"
         # the reason is on the field's line or on the line of a key that holds it
-        assert any(comments.get(path[:n]) for n in range(1, len(path) + 1)), \
+        assert any(comments.get(path[:n]) for n in range(1, len(path) + 1)), (
             f"{'.'.join(path)}: no reason given"
+        )
 
 
 def run_rehearsal(work: pathlib.Path) -> tuple[pathlib.Path, str]:
     """The rehearsal from scratch in `work`: its results folder and snakemake's log."""
-    (work / "tests").symlink_to(ROOT / "tests")      # the fixture files, at their relative paths
+    (work / "tests").symlink_to(ROOT / "tests")  # the fixture files, at their relative paths
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GSPO_MLFLOW"))}
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "-d", str(work),
-           "--workflow-profile", str(ROOT / "profiles" / "rehearsal"), "--configfile", *CONFIGS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(work),
+        "--workflow-profile",
+        str(ROOT / "profiles" / "rehearsal"),
+        "--configfile",
+        *CONFIGS,
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     return work / "results" / "rehearsal", r.stdout + r.stderr
@@ -76,7 +90,7 @@ def run_rehearsal(work: pathlib.Path) -> tuple[pathlib.Path, str]:
 
 @pytest.fixture(scope="module")
 def rehearsal(prefetched):
-    out, log = prefetched("rehearsal")      # run_rehearsal, in the background (conftest)
+    out, log = prefetched("rehearsal")  # run_rehearsal, in the background (conftest)
     return pathlib.Path(out), log
 
 
@@ -96,7 +110,11 @@ def test_the_rehearsal_trains_on_two_ranks_with_vllm_and_the_real_data_layouts(r
     # the TRL engine rehearsed as the native one: FSDP2 over the same 2 ranks, bf16
     trl = json.loads((out / "rl" / "gspo-trl" / "seed0" / "summary.json").read_text())
     assert (trl["engine"], trl["world_size"], trl["steps"], trl["sharding"]) == (
-        "trl", 2, 2, "fsdp2")
+        "trl",
+        2,
+        2,
+        "fsdp2",
+    )
     tcfg = yaml.safe_load((out / "config" / "rl" / "gspo-trl-seed0.yaml").read_text())
     assert (tcfg["engine"], tcfg["precision"]) == ("trl", "bfloat16")
     # real-scale's peak_flops gives MFU under TRL too, from the harness's clock

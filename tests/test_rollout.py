@@ -15,8 +15,10 @@ from gspo.rollout.torch_engine import sample_next, sample_seeds
 def setup(request, tiny_model_dir, tiny_moe_model_dir):
     path = tiny_model_dir if request.param == "tiny" else tiny_moe_model_dir
     tok = AutoTokenizer.from_pretrained(path)
-    prompts = [tok(t, add_special_tokens=False).input_ids
-               for t in ["Compute (7*3+5) mod 1000.\n", "Hi\n", "x"]]
+    prompts = [
+        tok(t, add_special_tokens=False).input_ids
+        for t in ["Compute (7*3+5) mod 1000.\n", "Hi\n", "x"]
+    ]
     return path, tok, prompts
 
 
@@ -31,7 +33,7 @@ def test_engine_logprobs_equal_the_trainers_recomputed_logprobs(setup):
     with torch.no_grad():
         logp = sequence_logprobs(model, batch, temperature=0.7)
     for i, (p, c) in enumerate(zip(flat_p, flat_c)):
-        ours = logp[i, len(p) - 1:len(p) - 1 + len(c.token_ids)]
+        ours = logp[i, len(p) - 1 : len(p) - 1 + len(c.token_ids)]
         assert len(c.logprobs) == len(c.token_ids)
         assert torch.allclose(ours, torch.tensor(c.logprobs), atol=1e-4)
 
@@ -52,11 +54,19 @@ def test_generation_stops_at_a_stop_token_and_includes_it(setup):
     path, _, prompts = setup
     engine = make_engine("torch", path)
     # Stop on every token id: each completion is exactly one token long.
-    out = engine.generate(prompts, n=2, temperature=1.0, top_p=1.0, max_new_tokens=10, seed=0,
-                          stop_token_ids=list(range(128)))
+    out = engine.generate(
+        prompts,
+        n=2,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=10,
+        seed=0,
+        stop_token_ids=list(range(128)),
+    )
     assert all(len(c.token_ids) == 1 and c.finish_reason == "stop" for g in out for c in g)
-    out = engine.generate(prompts, n=2, temperature=1.0, top_p=1.0, max_new_tokens=7, seed=0,
-                          stop_token_ids=[])
+    out = engine.generate(
+        prompts, n=2, temperature=1.0, top_p=1.0, max_new_tokens=7, seed=0, stop_token_ids=[]
+    )
     assert all(len(c.token_ids) == 7 and c.finish_reason == "length" for g in out for c in g)
 
 
@@ -69,8 +79,9 @@ def test_update_weights_changes_what_the_engine_samples(setup):
     # A zero final norm makes every logit 0: greedy then picks token 0 whatever the input.
     sd["model.norm.weight"] = torch.zeros_like(sd["model.norm.weight"])
     engine.update_weights(sd)
-    after = engine.generate(prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=8, seed=0,
-                            stop_token_ids=[])
+    after = engine.generate(
+        prompts, n=1, temperature=0.0, top_p=1.0, max_new_tokens=8, seed=0, stop_token_ids=[]
+    )
     assert all(c.token_ids == [0] * 8 for g in after for c in g)
     assert before != after
 
@@ -101,8 +112,9 @@ def test_with_one_seed_per_prompt_a_prompts_samples_do_not_depend_on_its_batch(t
     prompts = [tok(t).input_ids for t in ("1+2=", "33*4=", "7-5=", "100+1=")]
     kw = dict(n=3, temperature=1.0, top_p=1.0, max_new_tokens=10)
     together = engine.generate(prompts, seed=[11, 12, 13, 14], **kw)
-    apart = engine.generate(prompts[2:], seed=[13, 14], **kw) + \
-        engine.generate(prompts[:2], seed=[11, 12], **kw)
+    apart = engine.generate(prompts[2:], seed=[13, 14], **kw) + engine.generate(
+        prompts[:2], seed=[11, 12], **kw
+    )
     apart = apart[2:] + apart[:2]
     assert [[c.token_ids for c in g] for g in together] == [[c.token_ids for c in g] for g in apart]
     # each prompt's own seed matters
@@ -117,16 +129,19 @@ def test_the_exponential_race_samples_each_row_from_its_distribution():
     gens = [torch.Generator().manual_seed(s) for s in range(4000)]
     tok, lp = sample_next(p.log().expand(4000, 4), 1.0, 1.0, gens)
     freq = torch.bincount(tok, minlength=4) / 4000
-    assert torch.allclose(freq, p, atol=0.025), freq            # ~3.5 standard errors
+    assert torch.allclose(freq, p, atol=0.025), freq  # ~3.5 standard errors
     assert torch.allclose(lp, p.log()[tok])
 
 
 def test_a_rows_draw_depends_on_its_own_generator_not_on_the_rows_beside_it():
     logits = torch.randn(6, 50, generator=torch.Generator().manual_seed(0))
-    alone = [sample_next(logits[i:i + 1], 1.0, 1.0, [torch.Generator().manual_seed(i)])[0]
-             for i in range(6)]
-    together, _ = sample_next(logits, 1.0, 1.0, [torch.Generator().manual_seed(i)
-                                                  for i in range(6)])
+    alone = [
+        sample_next(logits[i : i + 1], 1.0, 1.0, [torch.Generator().manual_seed(i)])[0]
+        for i in range(6)
+    ]
+    together, _ = sample_next(
+        logits, 1.0, 1.0, [torch.Generator().manual_seed(i) for i in range(6)]
+    )
     assert together.tolist() == torch.cat(alone).tolist()
 
 
@@ -136,17 +151,18 @@ def test_noise_drawn_several_steps_ahead_is_the_noise_of_one_draw_per_step():
     V, steps = 5, 7
     ref = [torch.Generator().manual_seed(s) for s in range(3)]
     want = [[torch.empty(V).exponential_(generator=g) for _ in range(steps)] for g in ref]
-    noise = RaceNoise([torch.Generator().manual_seed(s) for s in range(3)], V, steps,
-                      budget=4 * V * 3 * 3)
-    assert noise.block == 3                    # refills at steps 0, 3, 6: rows drop in between
+    noise = RaceNoise(
+        [torch.Generator().manual_seed(s) for s in range(3)], V, steps, budget=4 * V * 3 * 3
+    )
+    assert noise.block == 3  # refills at steps 0, 3, 6: rows drop in between
     for t in range(steps):
-        rows = torch.tensor([0, 1, 2] if t < 4 else [0, 2])    # row 1 stops after step 3
+        rows = torch.tensor([0, 1, 2] if t < 4 else [0, 2])  # row 1 stops after step 3
         got = noise.at(rows, t)
         assert all(torch.equal(got[i], want[r][t]) for i, r in enumerate(rows.tolist()))
 
 
 def test_sample_seeds_follow_vllms_request_seeds():
-    assert sample_seeds(3, 2, 2) == [12, 13, 14, 15]            # (3*2+i)*2 + j
+    assert sample_seeds(3, 2, 2) == [12, 13, 14, 15]  # (3*2+i)*2 + j
     # one seed per prompt: its first sample's, then + j whatever n is (a vLLM request seeded s)
     assert sample_seeds([5, 9], 2, 3) == [5, 6, 7, 9, 10, 11]
     assert sample_seeds([5, 9], 2, 2) == [5, 6, 9, 10]
@@ -158,9 +174,9 @@ def test_problem_seeds_leave_room_for_every_sample_and_depend_on_seed_and_id_alo
 
     ids = [f"aime-test-{i}" for i in range(2000)]
     seeds = [problem_seed(1234, i) for i in ids]
-    assert seeds == [problem_seed(1234, i) for i in ids]          # a pure function
+    assert seeds == [problem_seed(1234, i) for i in ids]  # a pure function
     assert all(s % SAMPLE_SLOTS == 0 and 0 <= s < 2**63 for s in seeds)
-    assert len(set(seeds)) == len(ids)                            # streams 2**20 apart
+    assert len(set(seeds)) == len(ids)  # streams 2**20 apart
     assert seeds != [problem_seed(1235, i) for i in ids]
 
 

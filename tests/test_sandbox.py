@@ -20,14 +20,16 @@ from evaluators.execution import batch, pool, sandbox
 
 # Skipped only where bubblewrap is not installed at all; an installed bwrap that fails its probe
 # makes these tests fail (SandboxUnavailable names the reason) rather than skip.
-needs_bwrap = pytest.mark.skipif(sandbox.bwrap_path() is None,
-                                 reason="bubblewrap not installed (apt-get install bubblewrap)")
+needs_bwrap = pytest.mark.skipif(
+    sandbox.bwrap_path() is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
+)
 
 LIMITS = dict(timeout_s=2.0, memory_mb=256)
 
 
 # ---------------------------------------------------------------------------------------------
 # Process accounting
+
 
 def _proc_table():
     table = {}
@@ -41,8 +43,8 @@ def _proc_table():
                 cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             continue
-        rest = data[data.rindex(")") + 2:].split()
-        table[int(entry)] = (rest[0], int(rest[1]), cmd)   # state, ppid, cmdline
+        rest = data[data.rindex(")") + 2 :].split()
+        table[int(entry)] = (rest[0], int(rest[1]), cmd)  # state, ppid, cmdline
     return table
 
 
@@ -71,7 +73,7 @@ def marker():
 @pytest.fixture(autouse=True)
 def nothing_left_behind(marker):
     yield
-    pool.shutdown()         # the warm workers are ours too: stopped, they must leave nothing
+    pool.shutdown()  # the warm workers are ours too: stopped, they must leave nothing
     # Give the kernel a moment to finish tearing down namespaces, then insist on a clean table.
     deadline = time.monotonic() + 3.0
     while True:
@@ -111,6 +113,7 @@ def canary():
 # ---------------------------------------------------------------------------------------------
 # Ordinary behaviour
 
+
 @needs_bwrap
 def test_a_well_behaved_program_reads_stdin_and_its_output_is_captured(run):
     r = run("n=int(input())\nprint(n*3+1)", "5\n", **LIMITS)
@@ -132,10 +135,14 @@ def test_a_signal_death_is_reported_with_the_signal_number(run):
 
 
 @needs_bwrap
-def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_directory(monkeypatch, run):
+def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_directory(
+    monkeypatch, run
+):
     monkeypatch.setenv("GSPO_TEST_SECRET", "s3cret")
-    code = ("import os, json\nprint(json.dumps([os.getcwd(), sorted(os.listdir('.')), dict(os.environ)]))\n"
-            "open('left_over.txt', 'w').write('x')\n")
+    code = (
+        "import os, json\nprint(json.dumps([os.getcwd(), sorted(os.listdir('.')), dict(os.environ)]))\n"
+        "open('left_over.txt', 'w').write('x')\n"
+    )
     first = run(code, **LIMITS)
     second = run(code, **LIMITS)
     import json
@@ -149,9 +156,11 @@ def test_the_program_sees_a_cleared_environment_and_a_fresh_private_working_dire
 
 @needs_bwrap
 def test_the_program_runs_without_capabilities_and_not_as_root(run):
-    r = run("import os\nprint(os.getuid())\n"
-                    "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].strip())",
-                    **LIMITS)
+    r = run(
+        "import os\nprint(os.getuid())\n"
+        "print([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].strip())",
+        **LIMITS,
+    )
     uid, capeff = r.stdout.splitlines()
     if os.geteuid() == 0:
         assert int(uid) != 0
@@ -160,8 +169,11 @@ def test_the_program_runs_without_capabilities_and_not_as_root(run):
 
 @needs_bwrap
 def test_the_program_has_its_own_pid_namespace_and_cannot_see_the_harness(run):
-    r = run("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
-                    f"print(os.path.exists('/proc/{os.getpid()}/cmdline'))", **LIMITS)
+    r = run(
+        "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        f"print(os.path.exists('/proc/{os.getpid()}/cmdline'))",
+        **LIMITS,
+    )
     pids, harness_visible = r.stdout.splitlines()
     assert max(eval(pids)) < 10 and harness_visible == "False"
 
@@ -170,19 +182,23 @@ def test_the_program_has_its_own_pid_namespace_and_cannot_see_the_harness(run):
 def test_the_harness_working_directory_is_hidden_from_the_program(run):
     # Hidden means empty, or absent where the harness runs under /tmp (the sandbox's /tmp is
     # its own private one).
-    code = (f"import os\ntry:\n    print(os.listdir({os.getcwd()!r}))\n"
-            "except FileNotFoundError:\n    print('absent')\n")
+    code = (
+        f"import os\ntry:\n    print(os.listdir({os.getcwd()!r}))\n"
+        "except FileNotFoundError:\n    print('absent')\n"
+    )
     r = run(code, **LIMITS)
     assert r.stdout.strip() in ("[]", "absent")
 
 
 @needs_bwrap
 def test_the_network_is_unreachable(run):
-    code = ("import socket\nfor host in ['1.1.1.1', '8.8.8.8']:\n"
-            "    s = socket.socket(); s.settimeout(1)\n"
-            "    try:\n        s.connect((host, 53)); print('connected')\n"
-            "    except OSError as e:\n        print('refused', e.errno)\n"
-            "print(sorted(n for _, n in socket.if_nameindex()))\n")
+    code = (
+        "import socket\nfor host in ['1.1.1.1', '8.8.8.8']:\n"
+        "    s = socket.socket(); s.settimeout(1)\n"
+        "    try:\n        s.connect((host, 53)); print('connected')\n"
+        "    except OSError as e:\n        print('refused', e.errno)\n"
+        "print(sorted(n for _, n in socket.if_nameindex()))\n"
+    )
     r = run(code, **LIMITS)
     assert "connected" not in r.stdout and r.stdout.count("refused") == 2
     assert r.stdout.strip().splitlines()[-1] == "['lo']"
@@ -210,15 +226,22 @@ for attempt in (lambda: open(p, 'w').write('pwned'), lambda: os.remove(p),
 
 @needs_bwrap
 def test_extra_files_and_arguments_reach_the_program(run):
-    r = run("import sys\nprint(open('data/x.txt').read(), sys.argv[1:])",
-                    files={"data/x.txt": "hello"}, args=["a", "b"], **LIMITS)
+    r = run(
+        "import sys\nprint(open('data/x.txt').read(), sys.argv[1:])",
+        files={"data/x.txt": "hello"},
+        args=["a", "b"],
+        **LIMITS,
+    )
     assert r.stdout == "hello ['a', 'b']\n"
 
 
 @needs_bwrap
 def test_the_side_channel_returns_what_the_program_wrote_and_stdout_stays_separate(run):
-    r = run("import os\nprint('on stdout')\nos.write(int(os.environ['GSPO_CHANNEL_FD']), b'value')",
-                    channel=True, **LIMITS)
+    r = run(
+        "import os\nprint('on stdout')\nos.write(int(os.environ['GSPO_CHANNEL_FD']), b'value')",
+        channel=True,
+        **LIMITS,
+    )
     assert (r.stdout, r.channel) == ("on stdout\n", b"value")
 
 
@@ -233,6 +256,7 @@ def test_bad_arguments_are_refused_before_anything_runs():
 
 # ---------------------------------------------------------------------------------------------
 # Hostile programs
+
 
 @needs_bwrap
 def test_an_infinite_loop_is_stopped_at_the_time_limit(marker, run):
@@ -252,17 +276,23 @@ def test_a_sleeping_program_is_stopped_by_the_wall_clock_limit(marker, run):
 @needs_bwrap
 def test_the_cpu_time_limit_stops_a_program_even_with_a_generous_wall_clock(marker, run):
     # Busy threads burn CPU time faster than wall time; RLIMIT_CPU (1 s) fires first.
-    code = ("import threading\ndef spin():\n    while True: pass\n"
-            "for _ in range(3): threading.Thread(target=spin, daemon=True).start()\nspin()\n")
+    code = (
+        "import threading\ndef spin():\n    while True: pass\n"
+        "for _ in range(3): threading.Thread(target=spin, daemon=True).start()\nspin()\n"
+    )
     r = run(code, timeout_s=1.0, memory_mb=256, args=[marker])
     assert r.status == "timeout"
 
 
 @needs_bwrap
-@pytest.mark.parametrize("code", [
-    "x = bytearray(8 * 1024 ** 3)",
-    "xs = []\nwhile True:\n    xs.append(' ' * 10 ** 6)",
-], ids=["one-huge-allocation", "growing-list"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = bytearray(8 * 1024 ** 3)",
+        "xs = []\nwhile True:\n    xs.append(' ' * 10 ** 6)",
+    ],
+    ids=["one-huge-allocation", "growing-list"],
+)
 def test_a_memory_bomb_is_reported_as_a_memory_verdict(code, marker, run):
     r = run(code, timeout_s=5.0, memory_mb=128, args=[marker])
     assert r.status == "memory", (r.status, r.stderr[-300:])
@@ -270,7 +300,9 @@ def test_a_memory_bomb_is_reported_as_a_memory_verdict(code, marker, run):
 
 @needs_bwrap
 def test_a_fork_bomb_is_contained_and_leaves_no_process_behind(marker, run):
-    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    code = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
     t0 = time.monotonic()
     r = run(code, timeout_s=1.0, memory_mb=256, args=[marker])
     assert r.status in ("timeout", "runtime_error")
@@ -304,8 +336,9 @@ print(started)
 def test_an_output_flood_is_cut_at_the_output_cap(stream, marker, run):
     code = f"import sys\nwhile True:\n    sys.{stream}.write('x' * 4096)\n"
     t0 = time.monotonic()
-    r = run(code, timeout_s=10.0, memory_mb=256, max_output=1 << 20,
-                    max_stderr=1 << 16, args=[marker])
+    r = run(
+        code, timeout_s=10.0, memory_mb=256, max_output=1 << 20, max_stderr=1 << 16, args=[marker]
+    )
     assert r.status == "output_limit"
     assert len(getattr(r, stream)) == (1 << 20 if stream == "stdout" else 1 << 16)
     assert time.monotonic() - t0 < 5.0
@@ -366,8 +399,16 @@ def test_parallel_runs_are_isolated_from_hostile_neighbours(marker):
         "output flood": "while True: print('y' * 1000)\n",
     }
     jobs = [dict(code=c, timeout_s=1.5, memory_mb=128, args=[marker]) for c in hostile.values()]
-    normal = [dict(code="n=int(input())\nprint(n*n)", stdin=f"{i}\n", timeout_s=10.0,
-                   memory_mb=256, args=[marker]) for i in range(8)]
+    normal = [
+        dict(
+            code="n=int(input())\nprint(n*n)",
+            stdin=f"{i}\n",
+            timeout_s=10.0,
+            memory_mb=256,
+            args=[marker],
+        )
+        for i in range(8)
+    ]
     order = [jobs[0], normal[0], jobs[1], normal[1], jobs[2], normal[2], jobs[3], *normal[3:]]
     results = sandbox.run_many(order, workers=2)
     by_code = {id(j): r for j, r in zip(order, results)}
@@ -381,8 +422,10 @@ def test_parallel_runs_are_isolated_from_hostile_neighbours(marker):
 
 @needs_bwrap
 def test_run_many_keeps_at_most_workers_sandboxes_running_and_keeps_job_order():
-    jobs = [sandbox.Job(f"import time\ntime.sleep(0.4)\nprint({i})", timeout_s=5.0, memory_mb=256)
-            for i in range(4)]
+    jobs = [
+        sandbox.Job(f"import time\ntime.sleep(0.4)\nprint({i})", timeout_s=5.0, memory_mb=256)
+        for i in range(4)
+    ]
     t0 = time.monotonic()
     results = sandbox.run_many(jobs, workers=2)
     assert time.monotonic() - t0 >= 0.8, "more than 2 sandboxes ran at once"
@@ -394,8 +437,10 @@ def test_run_many_keeps_at_most_workers_sandboxes_running_and_keeps_job_order():
 # ---------------------------------------------------------------------------------------------
 # Without isolation
 
+
 def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_requested(
-        monkeypatch, marker, tmp_path):
+    monkeypatch, marker, tmp_path
+):
     from evaluators.benchmarks import livecodebench as lcb
 
     monkeypatch.setenv("GSPO_SANDBOX_BWRAP", str(tmp_path / "no-such-bwrap"))
@@ -415,8 +460,10 @@ def test_code_benchmarks_refuse_to_run_without_isolation_unless_unsafe_is_reques
         sandbox._warned_unsafe = False
         r = sandbox.run("print(int(input()) + 1)", "41\n", **LIMITS)
     assert (r.status, r.stdout, r.isolated) == ("ok", "42\n", False)
-    code = (f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
-            f"'import time; time.sleep(60)', {marker!r}])\ntime.sleep(60)\n")
+    code = (
+        f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
+        f"'import time; time.sleep(60)', {marker!r}])\ntime.sleep(60)\n"
+    )
     r = sandbox.run(code, timeout_s=0.8, memory_mb=256, args=[marker])
     assert r.status == "timeout"
     assert lcb.score(rec, rec["solution"])["passed"]
@@ -538,7 +585,7 @@ def test_a_program_cannot_read_what_an_earlier_program_cached(marker):
     tests = _square_tests([3, 7, 12])
     kw = dict(compare=lcb.outputs_match, timeout_s=3.0, memory_mb=256)
     assert judge.run_tests(CACHING, tests, **kw)["passed"], "the caching program must itself pass"
-    (worker,) = pool._POOL.idle                  # the reader runs next in this same worker
+    (worker,) = pool._POOL.idle  # the reader runs next in this same worker
     reader = READER.replace("sys.argv[1]", "0.3")
     got = judge.run_tests(reader, tests, **kw)
     assert pool._POOL.idle == [worker]
@@ -546,8 +593,16 @@ def test_a_program_cannot_read_what_an_earlier_program_cached(marker):
     # Control: inside one program's test, every mechanism does carry the answer (but a POSIX
     # message queue, which a pooled test cannot create: RLIMIT_MSGQUEUE is 0).
     both = CACHING.replace("print(answer)", "") + reader.replace("n = int(input())", "")
-    r = batch.run_program([dict(code=both.replace("WHICH = False", "WHICH = True"),
-                                stdin="3\n", timeout_s=3.0, memory_mb=256)])[0]
+    r = batch.run_program(
+        [
+            dict(
+                code=both.replace("WHICH = False", "WHICH = True"),
+                stdin="3\n",
+                timeout_s=3.0,
+                memory_mb=256,
+            )
+        ]
+    )[0]
     assert r.stdout.strip() == str(["env", "file", "key", "shm", "socket"]), r
     assert judge.run_tests(both, tests, **kw)["passed"]
 
@@ -559,7 +614,7 @@ def test_a_program_cannot_read_what_a_program_running_beside_it_caches(marker):
 
     tests = _square_tests([5])
     kw = dict(compare=lcb.outputs_match, timeout_s=4.0, memory_mb=256)
-    reader = READER.replace("sys.argv[1]", "2.0")     # keeps looking while the cacher runs
+    reader = READER.replace("sys.argv[1]", "2.0")  # keeps looking while the cacher runs
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         got_reader = pool.submit(judge.run_tests, reader, tests, **kw)
         time.sleep(0.2)
@@ -570,33 +625,45 @@ def test_a_program_cannot_read_what_a_program_running_beside_it_caches(marker):
 
 @needs_bwrap
 def test_each_test_of_a_program_starts_from_a_fresh_sandbox_state(marker):
-    code = ("import os, sys\nseen = sorted(os.listdir('/tmp')) + sorted(os.listdir('/dev/shm'))\n"
-            "left = os.environ.get('LEFT')\n"
-            "open('/tmp/mine', 'w').write('x'); open('/dev/shm/mine', 'w').write('x')\n"
-            "os.environ['LEFT'] = '1'\n"
-            "if os.fork() == 0:\n    os.setsid()\n    import time; time.sleep(30)\n"
-            "print(seen, left)\n")
+    code = (
+        "import os, sys\nseen = sorted(os.listdir('/tmp')) + sorted(os.listdir('/dev/shm'))\n"
+        "left = os.environ.get('LEFT')\n"
+        "open('/tmp/mine', 'w').write('x'); open('/dev/shm/mine', 'w').write('x')\n"
+        "os.environ['LEFT'] = '1'\n"
+        "if os.fork() == 0:\n    os.setsid()\n    import time; time.sleep(30)\n"
+        "print(seen, left)\n"
+    )
     results = batch.run_program([dict(code=code, args=[marker], **LIMITS)] * 3)
     assert [r.stdout for r in results] == ["['main.py'] None\n"] * 3
-    others = ("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() "
-              "and int(p) != os.getpid()))")
+    others = (
+        "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() "
+        "and int(p) != os.getpid()))"
+    )
     # Only bwrap's init (1) and the runner (2) are left when the next test starts.
-    assert batch.run_program([dict(code=code, args=[marker], **LIMITS),
-                              dict(code=others, **LIMITS)])[1].stdout == "[1, 2]\n"
+    assert (
+        batch.run_program([dict(code=code, args=[marker], **LIMITS), dict(code=others, **LIMITS)])[
+            1
+        ].stdout
+        == "[1, 2]\n"
+    )
 
 
 @needs_bwrap
 def test_a_program_cannot_forge_the_runner_s_result_frames(marker):
     # It tries every descriptor of the runner through /proc (the runner is non-dumpable, so
     # /proc/<runner>/fd is closed to it), then hangs: it must end as a time limit.
-    code = ("import json, os, time\nparent = os.getppid()\nopened = []\n"
-            "for n in range(64):\n    try:\n"
-            "        fd = os.open(f'/proc/{parent}/fd/{n}', os.O_WRONLY)\n"
-            "        os.write(fd, json.dumps({'rc': 0, 'killed': None, 'wall': 0.0, 'n': [3, 0]})"
-            ".encode() + b'\\n' + b'49\\n')\n        opened.append(n)\n    except OSError:\n        pass\n"
-            "print(opened, flush=True)\ntime.sleep(60)\n")
-    jobs = [dict(code=code, args=[marker], timeout_s=1.0, memory_mb=256),
-            dict(code="print(int(input()) ** 2)", stdin="7\n", **LIMITS)]
+    code = (
+        "import json, os, time\nparent = os.getppid()\nopened = []\n"
+        "for n in range(64):\n    try:\n"
+        "        fd = os.open(f'/proc/{parent}/fd/{n}', os.O_WRONLY)\n"
+        "        os.write(fd, json.dumps({'rc': 0, 'killed': None, 'wall': 0.0, 'n': [3, 0]})"
+        ".encode() + b'\\n' + b'49\\n')\n        opened.append(n)\n    except OSError:\n        pass\n"
+        "print(opened, flush=True)\ntime.sleep(60)\n"
+    )
+    jobs = [
+        dict(code=code, args=[marker], timeout_s=1.0, memory_mb=256),
+        dict(code="print(int(input()) ** 2)", stdin="7\n", **LIMITS),
+    ]
     hung, fine = batch.run_program(jobs)
     assert (hung.status, hung.stdout) == ("timeout", "[]\n")
     assert (fine.status, fine.stdout) == ("ok", "49\n")
@@ -612,10 +679,15 @@ def test_a_program_that_stops_its_runner_loses_only_its_own_tests(marker):
 
 @needs_bwrap
 def test_stop_on_failure_runs_no_test_after_a_failing_run():
-    jobs = [dict(code="import sys\nn = int(input())\nsys.exit(n)", stdin=f"{n}\n", **LIMITS)
-            for n in (0, 0, 3, 0)]
-    assert [r.status for r in batch.run_program(jobs, stop_on_failure=True)] == \
-        ["ok", "ok", "runtime_error"]
+    jobs = [
+        dict(code="import sys\nn = int(input())\nsys.exit(n)", stdin=f"{n}\n", **LIMITS)
+        for n in (0, 0, 3, 0)
+    ]
+    assert [r.status for r in batch.run_program(jobs, stop_on_failure=True)] == [
+        "ok",
+        "ok",
+        "runtime_error",
+    ]
     assert len(batch.run_program(jobs)) == 4
 
 
@@ -667,7 +739,7 @@ def test_a_program_that_kills_its_worker_loses_only_its_own_tests(marker):
     code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(1)\n"
     results = batch.run_program([dict(code=code, args=[marker], **LIMITS)] * 2)
     assert [r.status for r in results] == ["runtime_error"] * 2
-    assert pool._POOL.idle == []                  # the broken worker was discarded
+    assert pool._POOL.idle == []  # the broken worker was discarded
     assert batch.run_program([dict(code="print(2)", **LIMITS)])[0].stdout == "2\n"
 
 
@@ -675,9 +747,10 @@ def test_a_program_that_kills_its_worker_loses_only_its_own_tests(marker):
 def test_where_a_fresh_worker_cannot_start_programs_run_in_sandboxes_of_their_own(monkeypatch):
     start = sandbox.start_bwrap
 
-    def broken_worker(backend, code, stdin, **kw):       # only the pool asks for a read-only /dev
-        return start(backend, "raise SystemExit('broken')" if kw.get("ro_dev") else code,
-                     stdin, **kw)
+    def broken_worker(backend, code, stdin, **kw):  # only the pool asks for a read-only /dev
+        return start(
+            backend, "raise SystemExit('broken')" if kw.get("ro_dev") else code, stdin, **kw
+        )
 
     pool.shutdown()
     monkeypatch.setattr(pool, "_unavailable", [])
@@ -687,4 +760,4 @@ def test_where_a_fresh_worker_cannot_start_programs_run_in_sandboxes_of_their_ow
         results = batch.run_program(jobs)
     assert [r.stdout for r in results] == ["1\n", "2\n", "3\n"]
     assert pool._unavailable and not pool.fits([], [])
-    assert [r.stdout for r in batch.run_program(jobs)] == ["1\n", "2\n", "3\n"]   # no retry
+    assert [r.stdout for r in batch.run_program(jobs)] == ["1\n", "2\n", "3\n"]  # no retry

@@ -11,10 +11,12 @@ from gspo.native.shaping import dynamic_sampling
 def draws(*groups_per_draw):
     """draw(k) -> the k-th draw: 2 samples a group; a group is its two rewards. Prompts and
     completions name their draw, group and sample, so the test sees which were kept."""
+
     def draw(k):
         rewards = [r for g in groups_per_draw[k] for r in g]
         names = [f"d{k}g{i // 2}s{i % 2}" for i in range(len(rewards))]
         return names, [n.upper() for n in names], torch.tensor(rewards)
+
     return draw
 
 

@@ -9,9 +9,11 @@ from evaluators.tasks import reward, rewards
 
 
 def _mixed():
-    recs = (aime.generate(2, split="test", seed=0, difficulty=aime.Difficulty(1, 9))
-            + livecodebench.generate(2, split="test", seed=0)
-            + codeforces.generate(2, split="test", seed=0))
+    recs = (
+        aime.generate(2, split="test", seed=0, difficulty=aime.Difficulty(1, 9))
+        + livecodebench.generate(2, split="test", seed=0)
+        + codeforces.generate(2, split="test", seed=0)
+    )
     comps = [r["solution"] if i % 2 == 0 else "no answer here" for i, r in enumerate(recs)]
     return recs, comps
 
@@ -34,7 +36,7 @@ def test_batched_scores_are_each_benchmark_s_own_score_in_order():
 
 def _params(fn, drop_self=False):
     """(name, kind) of `fn`'s parameters without a default (**options aside)."""
-    ps = list(inspect.signature(fn).parameters.values())[1 if drop_self else 0:]
+    ps = list(inspect.signature(fn).parameters.values())[1 if drop_self else 0 :]
     return [(p.name, p.kind) for p in ps if p.default is p.empty and p.kind != p.VAR_KEYWORD]
 
 
@@ -52,13 +54,15 @@ def test_every_benchmark_module_offers_the_shared_interface(name):
         assert callable(ours), m
         want = _params(proto, drop_self=True)
         got = _params(ours)
-        assert got[:len(want)] == want, f"{name}.{m}{inspect.signature(ours)}"
-        assert all(kind == inspect.Parameter.KEYWORD_ONLY for _, kind in got[len(want):]), m
+        assert got[: len(want)] == want, f"{name}.{m}{inspect.signature(ours)}"
+        assert all(kind == inspect.Parameter.KEYWORD_ONLY for _, kind in got[len(want) :]), m
     assert set(Benchmark.__annotations__) == {"TASK", "RECORD_FIELDS"}
     assert isinstance(mod.TASK, str) and mod.TASK.startswith(name)
     assert all(isinstance(f, str) for f in mod.RECORD_FIELDS)
     assert {"id", "task", "prompt"} <= set(mod.RECORD_FIELDS)
-    for rec in mod.generate(3, split="test", seed=0, **({"difficulty": "easy"} if name == "aime" else {})):
+    for rec in mod.generate(
+        3, split="test", seed=0, **({"difficulty": "easy"} if name == "aime" else {})
+    ):
         assert rec["task"] == name and all(k in rec for k in mod.RECORD_FIELDS)
         assert isinstance(mod.format_prompt(rec), str) and mod.format_prompt(rec)
 

@@ -30,11 +30,17 @@ def test_a_resumed_metrics_log_keeps_only_records_up_to_the_resume_step(tmp_path
     for s in range(1, 6):
         log.log(s, {"x": float(s)})
     MetricsLog(tmp_path / "m.jsonl", resume_step=3).log(4, {"x": 40.0})
-    assert [(r["step"], r["x"]) for r in read_metrics(tmp_path / "m.jsonl")] == \
-        [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+    assert [(r["step"], r["x"]) for r in read_metrics(tmp_path / "m.jsonl")] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.0),
+        (4, 40.0),
+    ]
 
 
-def test_without_a_tracking_uri_a_stage_run_logs_nothing_and_writes_no_run_file(tmp_path, monkeypatch):
+def test_without_a_tracking_uri_a_stage_run_logs_nothing_and_writes_no_run_file(
+    tmp_path, monkeypatch
+):
     from gspo.tracking.runs import stage_run
 
     # the library never reads the environment: MLflow's own variable changes nothing
@@ -49,8 +55,11 @@ def test_without_a_tracking_uri_a_stage_run_logs_nothing_and_writes_no_run_file(
 def _env(db: pathlib.Path, experiment: str = "t") -> dict:
     env = dict(os.environ)
     # MLflow's own variables are the commands' defaults for --tracking-uri / --experiment
-    env.update(MLFLOW_TRACKING_URI=f"sqlite:///{db}", MLFLOW_EXPERIMENT_NAME=experiment,
-               OMP_NUM_THREADS="1")
+    env.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{db}",
+        MLFLOW_EXPERIMENT_NAME=experiment,
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
@@ -69,8 +78,12 @@ def _run_of(out_dir: pathlib.Path, db):
 
 
 def _history(db, run_id, key):
-    return [(m.step, m.value) for m in sorted(_client(db).get_metric_history(run_id, key),
-                                              key=lambda m: (m.step, m.timestamp))]
+    return [
+        (m.step, m.value)
+        for m in sorted(
+            _client(db).get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp)
+        )
+    ]
 
 
 def _write_rl_config(tmp_path, model, data, *, steps, ckpt_every, out="rl", extra=""):
@@ -79,20 +92,30 @@ def _write_rl_config(tmp_path, model, data, *, steps, ckpt_every, out="rl", extr
         f"algorithm: gspo\nmodel: {model}\nout_dir: {tmp_path / out}\n"
         f"train_data: [{{path: {data}, weight: 1.0}}]\nsteps: {steps}\nprompts_per_step: 2\n"
         f"group_size: 2\nminibatches: 2\nmax_new_tokens: 8\nckpt_every: {ckpt_every}\n"
-        f"threads: 1\n{extra}")
+        f"threads: 1\n{extra}"
+    )
     return cfg
 
 
 @pytest.mark.slow
 def test_an_sft_stage_becomes_one_finished_run_with_config_params_tags_and_stepped_metrics(
-        tmp_path, aime_prompts):
+    tmp_path, aime_prompts
+):
     db = tmp_path / "mlflow.db"
     cfg = tmp_path / "sft.yaml"
-    cfg.write_text(f"model: tiny\nout_dir: {tmp_path / 'sft'}\n"
-                   f"train_data: [{{path: {aime_prompts}, weight: 1.0}}]\nsteps: 12\n"
-                   "batch_size: 4\nlog_every: 5\nwarmup_steps: 2\nthreads: 1\n")
-    r = subprocess.run([sys.executable, "-m", "pipeline.sft", "--config", str(cfg), *TAGS], cwd=ROOT,
-                       env=_env(db), capture_output=True, text=True, timeout=300)
+    cfg.write_text(
+        f"model: tiny\nout_dir: {tmp_path / 'sft'}\n"
+        f"train_data: [{{path: {aime_prompts}, weight: 1.0}}]\nsteps: 12\n"
+        "batch_size: 4\nlog_every: 5\nwarmup_steps: 2\nthreads: 1\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline.sft", "--config", str(cfg), *TAGS],
+        cwd=ROOT,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     run = _run_of(tmp_path / "sft", db)
     assert run.info.status == "FINISHED"
@@ -100,8 +123,12 @@ def test_an_sft_stage_becomes_one_finished_run_with_config_params_tags_and_stepp
     assert tags["stage"] == "sft" and tags["seed"] == "0" and tags["suite"] == "tests"
     assert len(tags["config_hash"]) == 16 and tags["git_commit"]
     assert tags["version.gspo-bench"] == provenance.version() == _pyproject_version()
-    assert tags["data_hash.prompts.jsonl"] == json.loads(
-        (tmp_path / "sft" / "run_info.json").read_text())["data_hashes"][str(aime_prompts)]
+    assert (
+        tags["data_hash.prompts.jsonl"]
+        == json.loads((tmp_path / "sft" / "run_info.json").read_text())["data_hashes"][
+            str(aime_prompts)
+        ]
+    )
     assert run.data.params["steps"] == "12" and run.data.params["lr"] == "0.005"
     assert run.data.params["train_data.0.weight"] == "1.0"
     file_steps = [rec["step"] for rec in read_metrics(tmp_path / "sft" / "metrics.jsonl")]
@@ -118,8 +145,14 @@ def test_a_crashing_rl_run_is_marked_failed_with_its_error(tmp_path, tiny_model_
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "x", "task": "bogus", "prompt": "1+1="}) + "\n")
     cfg = _write_rl_config(tmp_path, tiny_model_dir, bad, steps=3, ckpt_every=1)
-    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg), *TAGS], cwd=ROOT,
-                       env=_env(db), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", "--config", str(cfg), *TAGS],
+        cwd=ROOT,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode != 0
     run = _run_of(tmp_path / "rl", db)
     assert run.info.status == "FAILED"
@@ -129,18 +162,38 @@ def test_a_crashing_rl_run_is_marked_failed_with_its_error(tmp_path, tiny_model_
 
 @pytest.mark.slow
 def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_same_run(
-        tmp_path, tiny_model_dir, aime_prompts):
+    tmp_path, tiny_model_dir, aime_prompts
+):
     db = tmp_path / "mlflow.db"
-    cfg = _write_rl_config(tmp_path, tiny_model_dir, aime_prompts, steps=10, ckpt_every=2,
-                           extra="log_samples_every: 2\n")
-    cmd = [sys.executable, "-m", "pipeline.train", "--config", str(cfg),
-           "--set", "steps=400"]           # long enough to be killed mid-way
+    cfg = _write_rl_config(
+        tmp_path,
+        tiny_model_dir,
+        aime_prompts,
+        steps=10,
+        ckpt_every=2,
+        extra="log_samples_every: 2\n",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        "--config",
+        str(cfg),
+        "--set",
+        "steps=400",
+    ]  # long enough to be killed mid-way
     # stderr goes to a file, not a pipe nobody reads while waiting (a full pipe blocks the
     # child); faulthandler lets a hung child show where it hangs (SIGABRT dumps its stacks)
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**_env(db), "PYTHONFAULTHANDLER": "1"},
-                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**_env(db), "PYTHONFAULTHANDLER": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
     ckpts = tmp_path / "rl" / "checkpoints"
     deadline = time.time() + 240
     while not (ckpts / "step_000004").is_dir():
@@ -153,7 +206,9 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
     except subprocess.TimeoutExpired as e:
         proc.send_signal(signal.SIGABRT)
         proc.wait(timeout=30)
-        raise AssertionError("still running 120 s after SIGTERM:\n" + log.read_text()[-6000:]) from e
+        raise AssertionError(
+            "still running 120 s after SIGTERM:\n" + log.read_text()[-6000:]
+        ) from e
     assert code == 128 + signal.SIGTERM, log.read_text()[-2000:]
     run = _run_of(tmp_path / "rl", db)
     assert run.info.status == "KILLED"
@@ -163,9 +218,22 @@ def test_a_run_killed_by_sigterm_is_marked_killed_and_its_resume_continues_the_s
     assert steps == list(range(1, latest + 1))
 
     # resume with the real step budget: the same run continues, one value per step
-    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg),
-                        "--set", f"steps={latest + 2}"], cwd=ROOT, env=_env(db),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.train",
+            "--config",
+            str(cfg),
+            "--set",
+            f"steps={latest + 2}",
+        ],
+        cwd=ROOT,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     again = _run_of(tmp_path / "rl", db)
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
@@ -196,11 +264,14 @@ def test_replacing_an_evaluation_metric_leaves_one_value_at_its_step(tmp_path):
     cl = _client(tmp_path / "db.sqlite")
     exp = tracking.experiment_id(cl, "e")
     run = cl.create_run(exp)
-    tracking.log_metrics(cl, run.info.run_id, [(0, {"eval/aime/pass_at_1": 0.1}),
-                                                (8, {"eval/aime/pass_at_1": 0.2})])
+    tracking.log_metrics(
+        cl, run.info.run_id, [(0, {"eval/aime/pass_at_1": 0.1}), (8, {"eval/aime/pass_at_1": 0.2})]
+    )
     tracking.replace_metrics(cl, run.info.run_id, 8, {"eval/aime/pass_at_1": 0.3})
-    assert _history(tmp_path / "db.sqlite", run.info.run_id, "eval/aime/pass_at_1") == \
-        [(0, 0.1), (8, 0.3)]
+    assert _history(tmp_path / "db.sqlite", run.info.run_id, "eval/aime/pass_at_1") == [
+        (0, 0.1),
+        (8, 0.3),
+    ]
     assert cl.get_run(run.info.run_id).data.metrics["eval/aime/pass_at_1"] == 0.3
 
 
@@ -220,14 +291,17 @@ def test_a_fresh_summary_run_replaces_the_previous_one_and_carries_the_workflow_
     assert len(tracking.stage_runs(cl, exp, "rl")) == 1
 
 
-def test_truncating_a_resumed_run_drops_training_metrics_past_the_step_but_keeps_eval_scores(tmp_path):
+def test_truncating_a_resumed_run_drops_training_metrics_past_the_step_but_keeps_eval_scores(
+    tmp_path,
+):
     from gspo.tracking import runs as tracking
 
     cl = _client(tmp_path / "db.sqlite")
     run = cl.create_run(tracking.experiment_id(cl, "e"))
     rid = run.info.run_id
-    tracking.log_metrics(cl, rid, [(s, {"reward_mean": s / 10, "eval/aime/pass_at_1": s / 100})
-                                   for s in range(1, 6)])
+    tracking.log_metrics(
+        cl, rid, [(s, {"reward_mean": s / 10, "eval/aime/pass_at_1": s / 100}) for s in range(1, 6)]
+    )
     assert tracking.truncate_metrics(cl, rid, 3) == 2
     assert [s for s, _ in _history(tmp_path / "db.sqlite", rid, "reward_mean")] == [1, 2, 3]
     assert len(_history(tmp_path / "db.sqlite", rid, "eval/aime/pass_at_1")) == 5
@@ -237,11 +311,23 @@ def test_truncating_a_resumed_run_drops_training_metrics_past_the_step_but_keeps
 def test_config_params_are_flattened_with_dotted_keys():
     from gspo.tracking.store import flatten
 
-    flat = flatten({"lr": 5e-5, "rollout": {"engine": "torch"}, "eps_low": None,
-                    "train_data": [{"path": "a.jsonl", "weight": 1.0}], "sft_steps": [1, 2]})
-    assert flat == {"lr": "5e-05", "rollout.engine": "torch", "eps_low": "null",
-                    "train_data.0.path": "a.jsonl", "train_data.0.weight": "1.0",
-                    "sft_steps": "[1, 2]"}
+    flat = flatten(
+        {
+            "lr": 5e-5,
+            "rollout": {"engine": "torch"},
+            "eps_low": None,
+            "train_data": [{"path": "a.jsonl", "weight": 1.0}],
+            "sft_steps": [1, 2],
+        }
+    )
+    assert flat == {
+        "lr": "5e-05",
+        "rollout.engine": "torch",
+        "eps_low": "null",
+        "train_data.0.path": "a.jsonl",
+        "train_data.0.weight": "1.0",
+        "sft_steps": "[1, 2]",
+    }
 
 
 def test_a_stop_signal_during_a_checkpoint_write_takes_effect_after_it():
@@ -254,15 +340,16 @@ def test_a_stop_signal_during_a_checkpoint_write_takes_effect_after_it():
     with pytest.raises(Terminated) as e, terminate_as_exception():
         with signals_deferred():
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.1)            # the handler would have run here
-            done.append("written")     # ... yet the write completes
+            time.sleep(0.1)  # the handler would have run here
+            done.append("written")  # ... yet the write completes
     assert done == ["written"] and e.value.code == 128 + signal.SIGTERM
-    with signals_deferred():           # nothing received: nothing re-sent
+    with signals_deferred():  # nothing received: nothing re-sent
         pass
 
 
-def test_a_sigterm_whose_exception_a_finalizer_swallowed_still_stops_the_stage(tmp_path,
-                                                                             monkeypatch):
+def test_a_sigterm_whose_exception_a_finalizer_swallowed_still_stops_the_stage(
+    tmp_path, monkeypatch
+):
     import gc
     import os
 
@@ -271,7 +358,7 @@ def test_a_sigterm_whose_exception_a_finalizer_swallowed_still_stops_the_stage(t
     class SignalledWhileCollected:
         def __del__(self):
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)           # the handler runs here, and Python ignores its exception
+            time.sleep(0.05)  # the handler runs here, and Python ignores its exception
 
     ignored = []
     monkeypatch.setattr(sys, "unraisablehook", lambda u: ignored.append(u.exc_type))
@@ -281,10 +368,10 @@ def test_a_sigterm_whose_exception_a_finalizer_swallowed_still_stops_the_stage(t
         del obj
         gc.collect()
         assert ignored == [Terminated]  # the first raise was lost
-        log.log(1, {"x": 1.0})         # the next record stops it
+        log.log(1, {"x": 1.0})  # the next record stops it
     assert e.value.code == 128 + signal.SIGTERM
     assert (tmp_path / "metrics.jsonl").read_text() == ""
-    with terminate_as_exception():     # a fresh block starts with nothing received
+    with terminate_as_exception():  # a fresh block starts with nothing received
         pass
 
 
@@ -301,7 +388,12 @@ class FaultyStore:
     def __init__(self, uri: str, *, after, times: int = 1, creates: int = 0):
         from mlflow.tracking import MlflowClient
 
-        self.real, self.after, self.left, self.creates = MlflowClient(tracking_uri=uri), after, times, creates
+        self.real, self.after, self.left, self.creates = (
+            MlflowClient(tracking_uri=uri),
+            after,
+            times,
+            creates,
+        )
 
     def __getattr__(self, name):
         return getattr(self.real, name)
@@ -362,7 +454,8 @@ def test_a_blind_retry_of_a_batch_the_store_committed_doubles_it(tmp_path):
 
 
 def test_a_store_that_commits_then_reports_locked_gets_every_point_param_and_run_once(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from gspo.tracking.runs import MetricsLog, stage_run
 
     db = tmp_path / "db.sqlite"
@@ -372,9 +465,9 @@ def test_a_store_that_commits_then_reports_locked_gets_every_point_param_and_run
         log = MetricsLog(out / "metrics.jsonl")
         for s in range(1, 6):
             log.log(s, {"x": s / 10})
-    assert store.left == 0 and store.creates == 0           # every send hit the window
+    assert store.left == 0 and store.creates == 0  # every send hit the window
     runs = store.real.search_runs([store.real.get_experiment_by_name("e").experiment_id])
-    assert len(runs) == 1                                    # the create was not repeated
+    assert len(runs) == 1  # the create was not repeated
     run = runs[0]
     hist, file_points = _points(db, run.info.run_id, out / "metrics.jsonl")
     assert hist == file_points == [(s, s / 10) for s in range(1, 6)]
@@ -395,13 +488,15 @@ def test_params_already_logged_are_fine_when_equal_and_a_one_line_error_when_not
 
 
 def _sigterm():
-    os.kill(os.getpid(), signal.SIGTERM)     # the handler runs at the next bytecode: right here
+    os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode: right here
 
 
-@pytest.mark.parametrize("where", ["inside the send, after the commit",
-                                   "between the send and the buffer update"])
+@pytest.mark.parametrize(
+    "where", ["inside the send, after the commit", "between the send and the buffer update"]
+)
 def test_a_sigterm_inside_flush_leaves_every_point_in_the_run_exactly_once(
-        tmp_path, monkeypatch, where):
+    tmp_path, monkeypatch, where
+):
     from gspo.tracking import runs as tracking
     from gspo.tracking.runs import MetricsLog, Terminated, stage_run
 
@@ -413,10 +508,11 @@ def test_a_sigterm_inside_flush_leaves_every_point_in_the_run_exactly_once(
 
         def log_metrics(*a, **kw):
             n = sent(*a, **kw)
-            if a[2][-1][0] == 3 and not fired:      # the first flush of step 3
+            if a[2][-1][0] == 3 and not fired:  # the first flush of step 3
                 fired.append(3)
                 _sigterm()
             return n
+
         monkeypatch.setattr(tracking, "log_metrics", log_metrics)
     with pytest.raises(Terminated), stage_run("sft", out, tracking=tr):
         log = MetricsLog(out / "metrics.jsonl")
@@ -456,13 +552,20 @@ main(sys.argv[2:])
 @pytest.mark.slow
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_kill_9_during_a_send_then_a_resume_leaves_every_point_exactly_once(
-        tmp_path, tiny_model_dir, aime_prompts, when):
+    tmp_path, tiny_model_dir, aime_prompts, when
+):
     # checkpoints every 2 steps: the second send carries steps 3-4 (once checkpoint 4 covers
     # them); the process dies just before or just after the store takes it
     db = tmp_path / "mlflow.db"
     cfg = _write_rl_config(tmp_path, tiny_model_dir, aime_prompts, steps=6, ckpt_every=2)
-    r = subprocess.run([sys.executable, "-c", KILL_DRIVER, when, "--config", str(cfg)], cwd=ROOT,
-                       env=_env(db), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", KILL_DRIVER, when, "--config", str(cfg)],
+        cwd=ROOT,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
     out = tmp_path / "rl"
     run = _run_of(out, db)
@@ -470,8 +573,14 @@ def test_a_kill_9_during_a_send_then_a_resume_leaves_every_point_exactly_once(
     held = [s for s, _ in _history(db, run.info.run_id, "reward_mean")]
     assert held == ([1, 2] if when == "before" else [1, 2, 3, 4])
 
-    r = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", str(cfg)], cwd=ROOT,
-                       env=_env(db), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", "--config", str(cfg)],
+        cwd=ROOT,
+        env=_env(db),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     again = _run_of(out, db)
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"

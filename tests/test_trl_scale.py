@@ -33,11 +33,11 @@ def real_scale(tmp_path, section: str, cls, **kw):
 
 def test_the_token_budget_sets_trls_micro_batch_the_largest_divisor_that_fits():
     # real-scale RL: a rank's minibatch 128 x 16 / 4 / 8 = 64 sequences of ~1K + 8K tokens
-    assert trl_batch.micro_batch(0, 32768, 64, 1024 + 8192) == 2       # 32768 // 9216 = 3
+    assert trl_batch.micro_batch(0, 32768, 64, 1024 + 8192) == 2  # 32768 // 9216 = 3
     assert trl_batch.micro_batch(0, 32768, 48, 9216) == 3
-    assert trl_batch.micro_batch(0, 100, 64, 9216) == 1                 # one sequence at least
-    assert trl_batch.micro_batch(0, 10 ** 9, 64, 9216) == 64            # all of it fits
-    assert trl_batch.micro_batch(8, 32768, 64, 9216) == 2               # the budget replaces it
+    assert trl_batch.micro_batch(0, 100, 64, 9216) == 1  # one sequence at least
+    assert trl_batch.micro_batch(0, 10**9, 64, 9216) == 64  # all of it fits
+    assert trl_batch.micro_batch(8, 32768, 64, 9216) == 2  # the budget replaces it
     assert trl_batch.micro_batch(8, 0, 64, 9216) == 8
     assert trl_batch.micro_batch(0, 0, 64, 9216) == 64
 
@@ -45,10 +45,10 @@ def test_the_token_budget_sets_trls_micro_batch_the_largest_divisor_that_fits():
 def test_real_scale_rl_under_trl_micro_batches_by_its_budget_and_refuses_none(tmp_path):
     cfg = real_scale(tmp_path, "rl", RLConfig, engine="trl", logprob_chunk=0)
     world = dist.World(rank=0, size=8, device="cuda:0")
-    trl_engine.check(cfg, world)              # what the config's comment says runs
+    trl_engine.check(cfg, world)  # what the config's comment says runs
     args = trl_engine.grpo_args(cfg, 8, prompt_len=1024)
     assert args["per_device_train_batch_size"] == 2
-    assert args["gradient_accumulation_steps"] == 32          # 2 x 32 = a rank's 64
+    assert args["gradient_accumulation_steps"] == 32  # 2 x 32 = a rank's 64
     assert args["steps_per_generation"] == 4 * 32
     # the comment's warning: without the budget a rank's 64 sequences would be one forward
     whole = dataclasses.replace(cfg, max_tokens_per_micro_batch=0)
@@ -56,11 +56,13 @@ def test_real_scale_rl_under_trl_micro_batches_by_its_budget_and_refuses_none(tm
     with pytest.raises(ConfigError) as e:
         trl_engine.check(whole, world)
     msg = str(e.value)
-    assert "\n" not in msg and msg.startswith("max_tokens_per_micro_batch: 0 (and "
-                                              "micro_batch_size 0) puts a rank's whole "
-                                              "minibatch of 64 sequences in one forward")
-    trl_engine.check(dataclasses.replace(whole, micro_batch_size=4), world)   # or bounded so
-    trl_engine.check(dataclasses.replace(whole, device="cpu"), world)        # CPU: tiny runs
+    assert "\n" not in msg and msg.startswith(
+        "max_tokens_per_micro_batch: 0 (and "
+        "micro_batch_size 0) puts a rank's whole "
+        "minibatch of 64 sequences in one forward"
+    )
+    trl_engine.check(dataclasses.replace(whole, micro_batch_size=4), world)  # or bounded so
+    trl_engine.check(dataclasses.replace(whole, device="cpu"), world)  # CPU: tiny runs
 
 
 def test_real_scale_sft_under_trl_micro_batches_by_its_budget(tmp_path):
@@ -87,7 +89,7 @@ def test_only_rank_0_reads_the_weights_under_trl(tmp_path, toy_sft_model):
     shutil.copytree(toy_sft_model, bare, ignore=shutil.ignore_patterns("*.safetensors"))
     model, _ = trl_fsdp.load(bare, dist.World(rank=1, size=2, local_rank=1))
     assert all(p.device == torch.device("cpu") for p in model.parameters())
-    assert model.lm_head.weight is model.model.embed_tokens.weight     # still tied
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
     with pytest.raises(OSError):
         trl_fsdp.load(bare, dist.World(rank=0, size=2))
     with pytest.raises(OSError):
@@ -96,6 +98,7 @@ def test_only_rank_0_reads_the_weights_under_trl(tmp_path, toy_sft_model):
     assert torch.count_nonzero(next(full.parameters())) > 0
     assert trl_fsdp.fsdp_args(2)["fsdp_config"]["cpu_ram_efficient_loading"] is True
     cfg = RLConfig(engine="trl", train_data=[DataSource("x.jsonl")])
-    args = trl_engine._trl().GRPOConfig(output_dir=str(tmp_path / "o"),
-                                        **trl_engine.grpo_args(cfg, world_size=2))
+    args = trl_engine._trl().GRPOConfig(
+        output_dir=str(tmp_path / "o"), **trl_engine.grpo_args(cfg, world_size=2)
+    )
     assert args.fsdp_plugin_args["cpu_ram_efficient_loading"] is True

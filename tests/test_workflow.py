@@ -24,7 +24,7 @@ import yaml
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 SMOKE = ROOT / "config" / "smoke.yaml"
-TIMING_KEYS = re.compile(r"^(time_.*|wall_s|seconds|trl/step_time)$")   # TRL's own timing too
+TIMING_KEYS = re.compile(r"^(time_.*|wall_s|seconds|trl/step_time)$")  # TRL's own timing too
 
 
 def snakemake(workdir, *args, configfile=SMOKE, timeout=900, check=True):
@@ -36,8 +36,10 @@ def snakemake(workdir, *args, configfile=SMOKE, timeout=900, check=True):
         cmd += ["--configfile", str(configfile)]
     r = subprocess.run(cmd + list(args), env=env, capture_output=True, text=True, timeout=timeout)
     if check and r.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({r.returncode}):\n"
-                             f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({r.returncode}):\n"
+            f"{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+        )
     return r
 
 
@@ -47,7 +49,8 @@ def seed0_targets() -> list[str]:
     cfg = yaml.safe_load(SMOKE.read_text())
     variants = list(cfg["algorithms"]) + list(cfg["variants"])
     return ["results/smoke/eval/sft/mlflow.json"] + [
-        f"results/smoke/eval/{v}/seed0/mlflow.json" for v in variants]
+        f"results/smoke/eval/{v}/seed0/mlflow.json" for v in variants
+    ]
 
 
 def smoke_runs(tmp_root: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -80,7 +83,9 @@ def _metrics_files(workdir) -> dict[str, list[dict]]:
     base = exp_dir(workdir)
     out = {}
     for p in sorted(base.glob("**/metrics.jsonl")):
-        out[str(p.relative_to(base))] = [_strip(json.loads(line)) for line in p.read_text().splitlines()]
+        out[str(p.relative_to(base))] = [
+            _strip(json.loads(line)) for line in p.read_text().splitlines()
+        ]
     return out
 
 
@@ -110,18 +115,34 @@ def _job_counts(dry_run_output: str) -> dict[str, int]:
 
 # -- the smoke pipeline ----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
     a, _ = smoke
     base = exp_dir(a)
     report = base / "report"
-    for name in ("index.html", "score_vs_compute.png", "reward_vs_compute.png",
-                 "clip_fraction.png", "final_scores.csv", "stability.csv", "variants.csv",
-                 "moe.csv"):
+    for name in (
+        "index.html",
+        "score_vs_compute.png",
+        "reward_vs_compute.png",
+        "clip_fraction.png",
+        "final_scores.csv",
+        "stability.csv",
+        "variants.csv",
+        "moe.csv",
+    ):
         assert (report / name).stat().st_size > 0, name
     html = (report / "index.html").read_text()
-    for text in ("Final scores", "Clip-fraction ratio", "Collapse rule", "Provenance",
-                 "snakemake", "Seeds: [0, 1]", "torch", "Variants against their baselines"):
+    for text in (
+        "Final scores",
+        "Clip-fraction ratio",
+        "Collapse rule",
+        "Provenance",
+        "snakemake",
+        "Seeds: [0, 1]",
+        "torch",
+        "Variants against their baselines",
+    ):
         assert text in html, text
     # a dense experiment has no MoE section (moe.csv is its header alone)
     assert "Mixture of experts" not in html and not (report / "moe.png").exists()
@@ -134,29 +155,46 @@ def test_the_smoke_pipeline_writes_the_report_and_every_evaluation(smoke):
                     meta = json.loads((d / "checkpoint.json").read_text())
                     assert meta["step"] == {50: 2, 100: 4}[budget]
                     assert meta["compute_flops"] > 0
-                    assert json.loads((d / "summary.json").read_text())["benchmarks"][bench]["n_problems"] > 0
+                    assert (
+                        json.loads((d / "summary.json").read_text())["benchmarks"][bench][
+                            "n_problems"
+                        ]
+                        > 0
+                    )
     rows = (report / "final_scores.csv").read_text().splitlines()
-    assert rows[0].startswith("variant,algorithm,benchmark,budget,step,seeds,pass_at_1,ci_low,ci_high")
+    assert rows[0].startswith(
+        "variant,algorithm,benchmark,budget,step,seeds,pass_at_1,ci_low,ci_high"
+    )
     assert {tuple(r.split(",")[:3]) for r in rows[1:]} == {
-        (v, a, b) for v, a in (("sft", "sft"), ("grpo", "grpo"), ("gspo", "gspo"),
-                               ("gspo-bf16-rollout", "gspo"), ("gspo-trl", "gspo"))
-        for b in ("aime", "lcb", "cf")}
+        (v, a, b)
+        for v, a in (
+            ("sft", "sft"),
+            ("grpo", "grpo"),
+            ("gspo", "gspo"),
+            ("gspo-bf16-rollout", "gspo"),
+            ("gspo-trl", "gspo"),
+        )
+        for b in ("aime", "lcb", "cf")
+    }
     # the variants are measured against plain GSPO, benchmark by benchmark
     import csv
 
     var = list(csv.DictReader((report / "variants.csv").open()))
     assert {(r["variant"], r["baseline"], r["benchmark"]) for r in var} == {
-        (v, "gspo", b) for v in ("gspo-bf16-rollout", "gspo-trl") for b in ("aime", "lcb", "cf")}
+        (v, "gspo", b) for v in ("gspo-bf16-rollout", "gspo-trl") for b in ("aime", "lcb", "cf")
+    }
     for r in var:
         assert float(r["diff_ci_low"]) <= float(r["diff"]) <= float(r["diff_ci_high"])
         if r["variant"] == "gspo-bf16-rollout":
             # the bf16 engine's log-probs are measurably off the float32 trainer's
             assert float(r["logprob_gap_token"]) > float(r["baseline_logprob_gap_token"]) >= 0.0
-        else:      # TRL's runs: their step time and compute beside the native trainer's
+        else:  # TRL's runs: their step time and compute beside the native trainer's
             assert float(r["step_s"]) > 0 and float(r["compute_ratio"]) > 0
     # the variant never ran the old-log-prob pass; its baseline did, once per step
     for run, passes in (("gspo-bf16-rollout", 0), ("gspo", 4)):
-        last = json.loads((base / "rl" / run / "seed0" / "metrics.jsonl").read_text().splitlines()[-1])
+        last = json.loads(
+            (base / "rl" / run / "seed0" / "metrics.jsonl").read_text().splitlines()[-1]
+        )
         assert last["old_logprob_passes"] == passes
     rl_cfg = yaml.safe_load((base / "config" / "rl" / "gspo-bf16-rollout-seed0.yaml").read_text())
     assert rl_cfg["algorithm"] == "gspo" and rl_cfg["old_logprobs"] == "rollout"
@@ -179,20 +217,37 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
     for r in runs:
         by_stage.setdefault(r.data.tags["stage"], []).append(r)
     rl = by_stage["rl"]
-    assert sorted((r.data.tags["variant"], r.data.tags["algorithm"], r.data.tags["seed"],
-                   r.data.tags["baseline"], r.info.run_name) for r in rl) == [
-        ("grpo", "grpo", "0", "", "grpo-seed0"), ("grpo", "grpo", "1", "", "grpo-seed1"),
-        ("gspo", "gspo", "0", "", "gspo-seed0"), ("gspo", "gspo", "1", "", "gspo-seed1"),
+    assert sorted(
+        (
+            r.data.tags["variant"],
+            r.data.tags["algorithm"],
+            r.data.tags["seed"],
+            r.data.tags["baseline"],
+            r.info.run_name,
+        )
+        for r in rl
+    ) == [
+        ("grpo", "grpo", "0", "", "grpo-seed0"),
+        ("grpo", "grpo", "1", "", "grpo-seed1"),
+        ("gspo", "gspo", "0", "", "gspo-seed0"),
+        ("gspo", "gspo", "1", "", "gspo-seed1"),
         ("gspo-bf16-rollout", "gspo", "0", "gspo", "gspo-bf16-rollout-seed0"),
         ("gspo-bf16-rollout", "gspo", "1", "gspo", "gspo-bf16-rollout-seed1"),
         ("gspo-trl", "gspo", "0", "gspo", "gspo-trl-seed0"),
-        ("gspo-trl", "gspo", "1", "gspo", "gspo-trl-seed1")]
+        ("gspo-trl", "gspo", "1", "gspo", "gspo-trl-seed1"),
+    ]
     assert len(by_stage["sft"]) == 1
     # 2 budgets + the 0 % point, 3 benchmarks, 8 runs; plus the SFT model's 3
     assert len(by_stage["eval"]) == 8 * 3 * 3 + 3
     assert {r.data.tags["variant"] for r in by_stage["eval"]} == {
-        "sft", "grpo", "gspo", "gspo-bf16-rollout", "gspo-trl"}
+        "sft",
+        "grpo",
+        "gspo",
+        "gspo-bf16-rollout",
+        "gspo-trl",
+    }
     from gspo.infra.provenance import version
+
     # every run, training or evaluation, names the code that made it
     for r in rl + by_stage["sft"] + by_stage["eval"]:
         assert r.data.tags["version.gspo-bench"] == version() and r.data.tags["git_commit"]
@@ -218,11 +273,24 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
         by_gflops = hist(f"eval_by_gflops/{bench}/pass_at_1")
         assert [s for s, _ in by_gflops] == [round(compute[s] / 1e9) for s in (0, 2, 4)]
         assert [v for _, v in by_gflops] == [v for _, v in pts]
-        summary = json.loads((exp_dir(a) / "eval" / "gspo" / "seed1" / "b100" / bench /
-                              "summary.json").read_text())
+        summary = json.loads(
+            (exp_dir(a) / "eval" / "gspo" / "seed1" / "b100" / bench / "summary.json").read_text()
+        )
         assert pts[-1][1] == summary["benchmarks"][bench]["avg@n"]
-    nested = [r for r in by_stage["eval"] if r.data.tags.get("mlflow.parentRunId") == run.info.run_id]
-    assert sorted(int(r.data.tags["budget"]) for r in nested) == [0, 0, 0, 50, 50, 50, 100, 100, 100]
+    nested = [
+        r for r in by_stage["eval"] if r.data.tags.get("mlflow.parentRunId") == run.info.run_id
+    ]
+    assert sorted(int(r.data.tags["budget"]) for r in nested) == [
+        0,
+        0,
+        0,
+        50,
+        50,
+        50,
+        100,
+        100,
+        100,
+    ]
     arts = {f.path for f in cl.list_artifacts(nested[0].info.run_id)}
     assert {"summary.json", "results.jsonl"} <= arts
     report_run = by_stage["report"][0]
@@ -231,9 +299,13 @@ def test_mlflow_holds_one_experiment_with_tagged_runs_params_and_scores_by_step_
 
 @pytest.mark.slow
 def test_two_smoke_runs_from_scratch_give_identical_metrics(smoke):
-    a, b = smoke      # b: every seed-0 path of a, from scratch in its own folder and store
+    a, b = smoke  # b: every seed-0 path of a, from scratch in its own folder and store
     ma, mb = _metrics_files(a), _metrics_files(b)
-    assert set(ma) >= {"sft/metrics.jsonl", "rl/grpo/seed0/metrics.jsonl", "rl/gspo/seed1/metrics.jsonl"}
+    assert set(ma) >= {
+        "sft/metrics.jsonl",
+        "rl/grpo/seed0/metrics.jsonl",
+        "rl/gspo/seed1/metrics.jsonl",
+    }
     seed0 = {k for k in ma if "seed1" not in k}
     assert set(mb) == seed0 and len(seed0) == 1 + 4 and mb == {k: ma[k] for k in seed0}
     ea, eb = _eval_summaries(a), _eval_summaries(b)
@@ -247,8 +319,11 @@ def test_two_smoke_runs_from_scratch_give_identical_metrics(smoke):
         out = {}
         for r in cl.search_runs([exp.experiment_id], "tags.stage = 'rl'"):
             key = (r.data.tags["variant"], r.data.tags["seed"])
-            out[key] = {k: sorted((m.step, m.value) for m in cl.get_metric_history(r.info.run_id, k))
-                        for k in r.data.metrics if not TIMING_KEYS.match(k)}
+            out[key] = {
+                k: sorted((m.step, m.value) for m in cl.get_metric_history(r.info.run_id, k))
+                for k in r.data.metrics
+                if not TIMING_KEYS.match(k)
+            }
         return out
 
     sa, sb = store(ca), store(cb)
@@ -275,8 +350,15 @@ def test_changing_only_the_evaluation_settings_reruns_only_evaluation(smoke, tmp
     before = eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns
     r = snakemake(a, "-n", configfile=changed)
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs == {"eval_sft": 1, "eval_checkpoint": 16, "track_sft_evals": 1,
-                    "track_run_evals": 8, "aggregate": 1, "report": 1, "all": 1}, jobs
+    assert jobs == {
+        "eval_sft": 1,
+        "eval_checkpoint": 16,
+        "track_sft_evals": 1,
+        "track_run_evals": 8,
+        "aggregate": 1,
+        "report": 1,
+        "all": 1,
+    }, jobs
     # a dry run leaves the recorded stage configs alone
     assert (eval_cfg.read_text(), eval_cfg.stat().st_mtime_ns) == before
     assert "Nothing to be done" in (lambda r: r.stdout + r.stderr)(snakemake(a, "-n"))
@@ -322,12 +404,25 @@ def test_an_rl_job_killed_by_sigkill_resumes_in_the_same_mlflow_run_with_every_p
     shutil.rmtree(run_dir / "checkpoints")
     shutil.rmtree(base / "eval" / "gspo" / "seed0")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GSPO_MLFLOW"))}
-    cmd = SNAKEMAKE + ["-d", str(b), "--workflow-profile", str(ROOT / "profiles" / "default"),
-                       "--configfile", str(SMOKE), "--cores", "1",
-                       str(run_dir.relative_to(b) / "summary.json")]
+    cmd = SNAKEMAKE + [
+        "-d",
+        str(b),
+        "--workflow-profile",
+        str(ROOT / "profiles" / "default"),
+        "--configfile",
+        str(SMOKE),
+        "--cores",
+        "1",
+        str(run_dir.relative_to(b) / "summary.json"),
+    ]
     with open(b / "killed.log", "w") as log:
-        proc = subprocess.Popen(cmd, env={**env, "OMP_NUM_THREADS": "1"}, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env={**env, "OMP_NUM_THREADS": "1"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.time() + 300
     while not (run_dir / "checkpoints" / "step_000002").is_dir():
         assert proc.poll() is None, (b / "killed.log").read_text()[-3000:]
@@ -338,12 +433,17 @@ def test_an_rl_job_killed_by_sigkill_resumes_in_the_same_mlflow_run_with_every_p
     assert not (run_dir / "checkpoints" / "step_000004").exists(), "killed too late"
     killed_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
     cl = mlflow_client(b)
-    assert cl.get_run(killed_id).info.status == "RUNNING"          # nobody could close it
+    assert cl.get_run(killed_id).info.status == "RUNNING"  # nobody could close it
     assert cl.get_run(first_id).info.lifecycle_stage == "deleted"  # started over: replaced
 
     snakemake(b, "--unlock")
-    r = snakemake(b, "--cores", "2", "--rerun-incomplete", "results/smoke/eval/gspo/seed0/mlflow.json")
-    assert "resuming from the latest checkpoint" in (exp_dir(b) / "logs" / "rl" / "gspo-seed0.log").read_text()
+    r = snakemake(
+        b, "--cores", "2", "--rerun-incomplete", "results/smoke/eval/gspo/seed0/mlflow.json"
+    )
+    assert (
+        "resuming from the latest checkpoint"
+        in (exp_dir(b) / "logs" / "rl" / "gspo-seed0.log").read_text()
+    )
     info = json.loads((run_dir / "run_info.json").read_text())
     assert info["resumed_from"].endswith("step_000002")
     after = (run_dir / "metrics.jsonl").read_text()
@@ -362,22 +462,31 @@ def test_an_rl_job_killed_by_sigkill_resumes_in_the_same_mlflow_run_with_every_p
     for key in sorted(keys):
         want = [(rec["step"], float(rec[key])) for rec in rows if key in numeric_metrics(rec)]
         got = sorted((m.step, m.value) for m in cl.get_metric_history(killed_id, key))
-        if key == "compute_flops":      # the evaluations add the SFT model's point: no compute
+        if key == "compute_flops":  # the evaluations add the SFT model's point: no compute
             assert got[0] == (0, 0.0)
             got = got[1:]
-        assert len(got) == len(want) and [(s, v) for s, v in got if v == v] == \
-            [(s, v) for s, v in want if v == v], key
+        assert len(got) == len(want) and [(s, v) for s, v in got if v == v] == [
+            (s, v) for s, v in want if v == v
+        ], key
     # its evaluations, recorded again, replaced the earlier ones: one eval run per budget and
     # benchmark, one score per checkpoint step in the training run
-    evals = cl.search_runs([exp], "tags.stage = 'eval' and tags.variant = 'gspo' and tags.seed = '0'")
+    evals = cl.search_runs(
+        [exp], "tags.stage = 'eval' and tags.variant = 'gspo' and tags.seed = '0'"
+    )
     assert sorted((e.data.tags["budget"], e.data.tags["benchmark"]) for e in evals) == sorted(
-        (str(bu), be) for bu in (0, 50, 100) for be in ("aime", "cf", "lcb"))
-    assert sorted(m.step for m in cl.get_metric_history(killed_id, "eval/aime/pass_at_1")) == [0, 2, 4]
+        (str(bu), be) for bu in (0, 50, 100) for be in ("aime", "cf", "lcb")
+    )
+    assert sorted(m.step for m in cl.get_metric_history(killed_id, "eval/aime/pass_at_1")) == [
+        0,
+        2,
+        4,
+    ]
     # only that run's RL job and what depends on it ran again
     assert "rule sft:" not in r.stdout + r.stderr and "rule data:" not in r.stdout + r.stderr
 
 
 # -- configuration ---------------------------------------------------------------------------------
+
 
 def _bad_config(tmp_path, edit):
     cfg = yaml.safe_load(SMOKE.read_text())
@@ -387,34 +496,63 @@ def _bad_config(tmp_path, edit):
     return p
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c.update(algorithms=["grpo", "ppo"]), r"'ppo' is not one of \['grpo', 'gspo', 'gspo_token', 'dapo', "
-     r"'dr_grpo', 'cispo', 'gmpo', 'sapo'\]"),
-    (lambda c: c.update(budgets=[0, -25, 100]), r"-25 is less than the minimum of 0"),
-    (lambda c: c["sft"].pop("model"), r"'model' is a required property"),
-    (lambda c: c["sft"].update(model="/nonexistent/qwen3-base"),
-     r"config: sft\.model: '/nonexistent/qwen3-base' is neither a model preset"),
-    (lambda c: c["rl"].update(minibatches=5), r"config: rl\.minibatches: 5 does not divide"),
-    (lambda c: c["variants"].update(gspo={"algorithm": "gspo"}),
-     r"config: variants\.gspo: has the name of a plain algorithm"),
-    (lambda c: c["variants"]["gspo-bf16-rollout"].update(baseline="ppo"),
-     r"config: variants\.gspo-bf16-rollout\.baseline: 'ppo' is neither in algorithms nor in variants"),
-    (lambda c: c["variants"]["gspo-bf16-rollout"]["rl"].update(old_logprobs="cached"),
-     r"config: variants\.gspo-bf16-rollout\.rl\.old_logprobs: must be 'recompute' or 'rollout'"),
-    (lambda c: c["variants"]["gspo-bf16-rollout"]["rl"].update(seed=3),
-     r"config: variants\.gspo-bf16-rollout\.rl\.seed: is set by the workflow"),
-], ids=["unknown-algorithm", "negative-budget", "missing-model", "missing-model-path",
-        "rl-field-checked-by-gspo-config", "variant-named-like-an-algorithm",
-        "unknown-baseline", "variant-field-checked-by-gspo-config", "variant-sets-a-managed-field"])
-def test_a_bad_config_value_fails_before_any_job_runs_and_names_the_key(tmp_path, edit, message,
-                                                                        request):
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c.update(algorithms=["grpo", "ppo"]),
+            r"'ppo' is not one of \['grpo', 'gspo', 'gspo_token', 'dapo', "
+            r"'dr_grpo', 'cispo', 'gmpo', 'sapo'\]",
+        ),
+        (lambda c: c.update(budgets=[0, -25, 100]), r"-25 is less than the minimum of 0"),
+        (lambda c: c["sft"].pop("model"), r"'model' is a required property"),
+        (
+            lambda c: c["sft"].update(model="/nonexistent/qwen3-base"),
+            r"config: sft\.model: '/nonexistent/qwen3-base' is neither a model preset",
+        ),
+        (lambda c: c["rl"].update(minibatches=5), r"config: rl\.minibatches: 5 does not divide"),
+        (
+            lambda c: c["variants"].update(gspo={"algorithm": "gspo"}),
+            r"config: variants\.gspo: has the name of a plain algorithm",
+        ),
+        (
+            lambda c: c["variants"]["gspo-bf16-rollout"].update(baseline="ppo"),
+            r"config: variants\.gspo-bf16-rollout\.baseline: 'ppo' is neither in algorithms nor in variants",
+        ),
+        (
+            lambda c: c["variants"]["gspo-bf16-rollout"]["rl"].update(old_logprobs="cached"),
+            r"config: variants\.gspo-bf16-rollout\.rl\.old_logprobs: must be 'recompute' or 'rollout'",
+        ),
+        (
+            lambda c: c["variants"]["gspo-bf16-rollout"]["rl"].update(seed=3),
+            r"config: variants\.gspo-bf16-rollout\.rl\.seed: is set by the workflow",
+        ),
+    ],
+    ids=[
+        "unknown-algorithm",
+        "negative-budget",
+        "missing-model",
+        "missing-model-path",
+        "rl-field-checked-by-gspo-config",
+        "variant-named-like-an-algorithm",
+        "unknown-baseline",
+        "variant-field-checked-by-gspo-config",
+        "variant-sets-a-managed-field",
+    ],
+)
+def test_a_bad_config_value_fails_before_any_job_runs_and_names_the_key(
+    tmp_path, edit, message, request
+):
     cfg = _bad_config(tmp_path, edit)
     r = snakemake(tmp_path, "--cores", "1", configfile=cfg, timeout=300, check=False)
     out = r.stdout + r.stderr
     assert r.returncode != 0
     assert re.search(message, out), out[-3000:]
-    key = {"unknown-algorithm": "['algorithms']", "negative-budget": "['budgets']",
-           "missing-model": "['sft']"}.get(request.node.callspec.id)
+    key = {
+        "unknown-algorithm": "['algorithms']",
+        "negative-budget": "['budgets']",
+        "missing-model": "['sft']",
+    }.get(request.node.callspec.id)
     if key:
         assert key in out, out[-3000:]
     assert not (tmp_path / "results" / "smoke" / "data").exists()
@@ -447,8 +585,12 @@ def test_the_real_scale_example_passes_validation_and_a_dry_run(tmp_path):
     # the plan says what it will spend; a local run into SQLite needs no server
     assert re.search(r"^plan: compute, estimated: ~[\d,]+ H100 GPU-hours \(sft", r.stderr, re.M)
     assert "the MLflow store is SQLite" not in r.stderr
-    assert "vllm" in (tmp_path / "results" / "qwen3-1.7b-math-code" / "config" / "rl" /
-                      "gspo-seed0.yaml").read_text()
+    assert (
+        "vllm"
+        in (
+            tmp_path / "results" / "qwen3-1.7b-math-code" / "config" / "rl" / "gspo-seed0.yaml"
+        ).read_text()
+    )
 
 
 def test_the_workflow_passes_snakemake_lint(tmp_path):
@@ -473,14 +615,17 @@ MULTI_NODE = dict(nodes=2, tasks=2, mpi="srun", gres="gpu:h100:8", cpus_per_task
 def test_the_launcher_starts_python_torchrun_or_one_torchrun_per_slurm_node():
     assert _launch() == _launch(gpu=1) == _launch(gres="gpu:1") == "python -m"
     one_node = "torchrun --standalone --nproc-per-node=8 -m"
-    assert _launch(gpu=8) == _launch(gres="gpu:h100:8") == _launch(nodes=1, gres="gpu:8") == one_node
+    assert (
+        _launch(gpu=8) == _launch(gres="gpu:h100:8") == _launch(nodes=1, gres="gpu:8") == one_node
+    )
     # CPU ranks (gloo) where there is no GPU: the rehearsal profile's 2 ranks; GPUs win
     assert _launch(ranks=2) == "torchrun --standalone --nproc-per-node=2 -m"
     assert _launch(ranks=1) == "python -m" and _launch(ranks=2, gres="gpu:h100:8") == one_node
     assert _launch(**MULTI_NODE) == (
         "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gres=gpu:h100:8 --kill-on-bad-exit=1"
         " --cpus-per-task=64 torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d"
-        " --rdzv-endpoint=$(hostname):29500 --rdzv-id=$SLURM_JOB_ID -m")
+        " --rdzv-endpoint=$(hostname):29500 --rdzv-id=$SLURM_JOB_ID -m"
+    )
     # several nodes without what the SLURM plugin needs would ask for the wrong allocation
     with pytest.raises(ValueError, match=r"gres .*tasks: 2.*mpi: srun"):
         _launch(nodes=2, gpu=8)
@@ -490,16 +635,28 @@ def test_the_multi_node_command_expands_the_rendezvous_host_and_job_id_in_the_jo
     # stand-in srun: records its arguments (the real one starts torchrun on each node)
     (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\n')
     (tmp_path / "srun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
-           "ARGS": str(tmp_path / "args"), "SLURM_JOB_ID": "4242"}
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+        "ARGS": str(tmp_path / "args"),
+        "SLURM_JOB_ID": "4242",
+    }
     cmd = f"exec {_launch(**MULTI_NODE)} pipeline.train --config c.yaml > /dev/null 2>&1"
     subprocess.run(["bash", "-c", cmd], env=env, check=True, timeout=30)
     args = (tmp_path / "args").read_text().splitlines()
     host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
-    assert args[args.index("torchrun"):] == [
-        "torchrun", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={host}:29500", "--rdzv-id=4242", "-m", "pipeline.train", "--config",
-        "c.yaml"]
+    assert args[args.index("torchrun") :] == [
+        "torchrun",
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={host}:29500",
+        "--rdzv-id=4242",
+        "-m",
+        "pipeline.train",
+        "--config",
+        "c.yaml",
+    ]
 
 
 def _profile_value(v):
@@ -514,21 +671,32 @@ def test_the_slurm_profile_asks_for_what_the_training_jobs_use_and_fits_the_real
 
     text = (ROOT / "profiles" / "slurm" / "config.yaml").read_text()
     profile = yaml.safe_load(text)
-    rules = set(re.findall(r"^rule (\w+):", "".join(
-        p.read_text() for p in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]),
-        re.M))
+    rules = set(
+        re.findall(
+            r"^rule (\w+):",
+            "".join(
+                p.read_text()
+                for p in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]
+            ),
+            re.M,
+        )
+    )
     assert set(profile["set-resources"]) | set(profile["set-threads"]) <= rules
     # the commented example of several nodes, as the lines to add to a rule
-    example = text[text.index("# Several nodes"):text.index("\nexecutor:")]
-    extra = {k: _profile_value(yaml.safe_load(v)) for k, v in
-             re.findall(r"^#\s{3,}(\w+):\s*(\S+)", example, re.M)}
+    example = text[text.index("# Several nodes") : text.index("\nexecutor:")]
+    extra = {
+        k: _profile_value(yaml.safe_load(v))
+        for k, v in re.findall(r"^#\s{3,}(\w+):\s*(\S+)", example, re.M)
+    }
     assert extra["nodes"] > 1 and extra.keys() == {"nodes", "tasks", "mpi"}
 
     cfg = yaml.safe_load((ROOT / "config" / "real-scale.yaml").read_text())
     validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
     plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
-    batches = {"sft": [plan.sft_cfg.batch_size],
-               "rl": [c.prompts_per_step for c in plan.rl_cfgs.values()]}
+    batches = {
+        "sft": [plan.sft_cfg.batch_size],
+        "rl": [c.prompts_per_step for c in plan.rl_cfgs.values()],
+    }
     for rule, batch in batches.items():
         res = {k: _profile_value(v) for k, v in profile["set-resources"][rule].items()}
         for r in (res, {**res, **extra}):
@@ -556,23 +724,37 @@ def test_the_slurm_profile_evaluates_on_every_gpu_of_a_node_and_gives_every_rank
         assert gpus > 1 and _launch(**r) == f"torchrun --standalone --nproc-per-node={gpus} -m"
         assert r["tasks_per_gpu"] == 0 and "gpu" not in r
         # every rank: its torch threads and its code sandboxes
-        assert all(r["cpus_per_task"] >= gpus * (profile["set-threads"][rule] + c["workers"])
-                   for c in plan.eval_cfgs.values()), rule
+        assert all(
+            r["cpus_per_task"] >= gpus * (profile["set-threads"][rule] + c["workers"])
+            for c in plan.eval_cfgs.values()
+        ), rule
         # AIME 2024's 30 problems make a chunk of batch_prompts for every rank
         assert -(-30 // plan.eval_cfgs["aime"]["batch_prompts"]) >= gpus
 
 
 def test_the_eval_rules_run_one_process_or_one_rank_per_gpu_they_are_given(tmp_path):
-    r = snakemake(tmp_path, "-n", "-p", "--set-resources", "eval_checkpoint:gres='gpu:h100:2'",
-                  configfile=None, timeout=300)
-    cmds = [line.split("exec ", 1)[1] for line in (r.stdout + r.stderr).splitlines()
-            if "pipeline.evaluate" in line and "exec " in line]
+    r = snakemake(
+        tmp_path,
+        "-n",
+        "-p",
+        "--set-resources",
+        "eval_checkpoint:gres='gpu:h100:2'",
+        configfile=None,
+        timeout=300,
+    )
+    cmds = [
+        line.split("exec ", 1)[1]
+        for line in (r.stdout + r.stderr).splitlines()
+        if "pipeline.evaluate" in line and "exec " in line
+    ]
     sft = [c for c in cmds if " --out results/tiny/eval/sft " in c]
     # the tiny default: one plain process, as before; with 2 GPUs: torchrun with 2 ranks
     assert len(sft) == 1 and sft[0].startswith("python -m pipeline.evaluate --model ")
     rest = [c for c in cmds if c not in sft]
-    assert rest and all(c.startswith("torchrun --standalone --nproc-per-node=2 -m pipeline."
-                                     "evaluate --model ") for c in rest)
+    assert rest and all(
+        c.startswith("torchrun --standalone --nproc-per-node=2 -m pipeline.evaluate --model ")
+        for c in rest
+    )
 
 
 def test_the_default_config_plans_grpo_and_gspo_over_five_seeds_and_five_budgets(tmp_path):
@@ -580,23 +762,43 @@ def test_the_default_config_plans_grpo_and_gspo_over_five_seeds_and_five_budgets
     jobs = _job_counts(r.stdout + r.stderr)
     assert re.search(r"^plan: compute, estimated: ~\d+ CPU job-minutes \(data", r.stderr, re.M)
     # verdicts need at least 3 training runs per algorithm (pipeline.report.resample.MIN_RUNS)
-    assert jobs["rl"] == 10 and jobs["eval_checkpoint"] == jobs["rl"] * 4   # 25/50/75/100 %
-    rl = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "rl" / "gspo-seed1.yaml").read_text())
+    assert jobs["rl"] == 10 and jobs["eval_checkpoint"] == jobs["rl"] * 4  # 25/50/75/100 %
+    rl = yaml.safe_load(
+        (tmp_path / "results" / "tiny" / "config" / "rl" / "gspo-seed1.yaml").read_text()
+    )
     assert rl["ckpt_every"] == 8 and rl["steps"] == 32 and rl["seed"] == 1
-    assert {d["path"].split("/")[-1] for d in rl["train_data"]} == {"aime_rl.jsonl", "lcb_rl.jsonl", "cf_rl.jsonl"}
+    assert {d["path"].split("/")[-1] for d in rl["train_data"]} == {
+        "aime_rl.jsonl",
+        "lcb_rl.jsonl",
+        "cf_rl.jsonl",
+    }
 
 
-def test_the_reproducibility_config_runs_the_default_with_disjoint_seeds_in_its_own_experiment(tmp_path):
+def test_the_reproducibility_config_runs_the_default_with_disjoint_seeds_in_its_own_experiment(
+    tmp_path,
+):
     r = snakemake(tmp_path, "-n", configfile=None, timeout=300)
-    r2 = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "default.yaml"),
-                   str(ROOT / "config" / "reproduce.yaml"), configfile=None, timeout=300)
+    r2 = snakemake(
+        tmp_path,
+        "-n",
+        "--configfile",
+        str(ROOT / "config" / "default.yaml"),
+        str(ROOT / "config" / "reproduce.yaml"),
+        configfile=None,
+        timeout=300,
+    )
     assert _job_counts(r2.stdout + r2.stderr) == _job_counts(r.stdout + r.stderr)
-    default = yaml.safe_load((tmp_path / "results" / "tiny" / "config" / "workflow.yaml").read_text())
-    shifted = yaml.safe_load((tmp_path / "results" / "tiny-seeds-b" / "config" / "workflow.yaml").read_text())
+    default = yaml.safe_load(
+        (tmp_path / "results" / "tiny" / "config" / "workflow.yaml").read_text()
+    )
+    shifted = yaml.safe_load(
+        (tmp_path / "results" / "tiny-seeds-b" / "config" / "workflow.yaml").read_text()
+    )
     assert not set(shifted["seeds"]) & set(default["seeds"])
     assert len(shifted["seeds"]) == len(default["seeds"])
-    assert {k: v for k, v in shifted.items() if k not in ("seeds", "experiment")} == \
-        {k: v for k, v in default.items() if k not in ("seeds", "experiment")}
+    assert {k: v for k, v in shifted.items() if k not in ("seeds", "experiment")} == {
+        k: v for k, v in default.items() if k not in ("seeds", "experiment")
+    }
 
 
 @pytest.mark.slow
@@ -609,7 +811,9 @@ def test_snakemake_report_bundles_the_registered_report(smoke, tmp_path):
     assert "score_vs_compute.png" in text and "final_scores.csv" in text
 
 
-def test_the_precision_experiment_plans_bf16_rollout_variants_beside_their_recompute_baselines(tmp_path):
+def test_the_precision_experiment_plans_bf16_rollout_variants_beside_their_recompute_baselines(
+    tmp_path,
+):
     r = snakemake(tmp_path, "-n", configfile=ROOT / "config" / "precision.yaml", timeout=300)
     jobs = _job_counts(r.stdout + r.stderr)
     assert jobs["rl"] == 4 * 2 and jobs["eval_checkpoint"] == 8 * 2
@@ -633,17 +837,26 @@ def test_the_moe_ablation_plans_grpo_and_gspo_with_and_without_routing_replay(tm
     cfgs = tmp_path / "results" / "moe" / "config"
     sft = yaml.safe_load((cfgs / "sft.yaml").read_text())
     assert sft["model"] == "tiny-moe"
-    rl = {v: yaml.safe_load((cfgs / "rl" / f"{v}-seed1.yaml").read_text())
-          for v in ("grpo", "gspo", "grpo-replay", "gspo-replay", "grpo-engine-replay")}
+    rl = {
+        v: yaml.safe_load((cfgs / "rl" / f"{v}-seed1.yaml").read_text())
+        for v in ("grpo", "gspo", "grpo-replay", "gspo-replay", "grpo-engine-replay")
+    }
     assert {v: (c["routing_replay"], c["routing_replay_source"]) for v, c in rl.items()} == {
-        "grpo": (False, "trainer"), "gspo": (False, "trainer"), "grpo-replay": (True, "trainer"),
-        "gspo-replay": (True, "trainer"), "grpo-engine-replay": (True, "engine")}
+        "grpo": (False, "trainer"),
+        "gspo": (False, "trainer"),
+        "grpo-replay": (True, "trainer"),
+        "gspo-replay": (True, "trainer"),
+        "grpo-engine-replay": (True, "engine"),
+    }
     engine = rl["grpo-engine-replay"]
     assert (engine["old_logprobs"], engine["rollout"]["dtype"]) == ("rollout", "bfloat16")
     # rl_tasks: RL prompts are math only, while SFT keeps the three-task mix
     assert [pathlib.Path(d["path"]).name for d in engine["train_data"]] == ["aime_rl.jsonl"]
-    assert [pathlib.Path(d["path"]).name for d in sft["train_data"]] == \
-        ["aime_sft.jsonl", "lcb_sft.jsonl", "cf_sft.jsonl"]
+    assert [pathlib.Path(d["path"]).name for d in sft["train_data"]] == [
+        "aime_sft.jsonl",
+        "lcb_sft.jsonl",
+        "cf_sft.jsonl",
+    ]
 
 
 def test_checkpoints_between_the_first_and_last_budget_take_the_intermediate_evaluation():
@@ -660,7 +873,8 @@ def test_checkpoints_between_the_first_and_last_budget_take_the_intermediate_eva
     assert plan.checkpoint_eval_configs(Wildcards(budget="100")) == plan.eval_configs()
     for budget in ("25", "50", "75"):
         assert plan.checkpoint_eval_configs(Wildcards(budget=budget)) == [
-            plan.cfg_path(f"eval/{b}-intermediate") for b in plan.benchmarks]
+            plan.cfg_path(f"eval/{b}-intermediate") for b in plan.benchmarks
+        ]
     for b in plan.benchmarks:
         full, part = plan.eval_cfgs[b], plan.mid_eval_cfgs[b]
         assert {k for k in full if full[k] != part[k]} == {"samples"}, b
@@ -687,7 +901,7 @@ def test_one_prompt_format_reaches_sft_rl_and_evaluation():
     assert vars(plan.sft_cfg.prompt) == want
     assert all(vars(c.prompt) == want for c in plan.rl_cfgs.values())
     assert all(c["prompt"] == want for c in plan.eval_cfgs.values())
-    cfg["eval"]["prompt"] = {"format": "raw"}          # one place only: evaluation may not differ
+    cfg["eval"]["prompt"] = {"format": "raw"}  # one place only: evaluation may not differ
     from gspo.config.fields import ConfigError
 
     with pytest.raises(ConfigError, match="eval.prompt: is set by the workflow"):
@@ -703,8 +917,13 @@ def test_the_paper_protocol_preset_sets_the_papers_evaluation_in_one_place():
     plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
     ev = plan.eval_cfgs
     assert {b: c["samples"] for b, c in ev.items()} == {"aime": 32, "lcb": 8, "cf": 8}
-    assert all(c["protocol"] == "gspo-paper-2025" and c["max_new_tokens"] == 32768
-               and c["temperature"] == 0.6 and c["top_p"] == 0.95 for c in ev.values())
+    assert all(
+        c["protocol"] == "gspo-paper-2025"
+        and c["max_new_tokens"] == 32768
+        and c["temperature"] == 0.6
+        and c["top_p"] == 0.95
+        for c in ev.values()
+    )
     lcb = plan.data_cfg.files.lcb
     assert (lcb.test_start, lcb.test_end) == ("2024-10-01", "2025-02-01") and lcb.test
     # the real-scale data stays as it was
@@ -712,16 +931,23 @@ def test_the_paper_protocol_preset_sets_the_papers_evaluation_in_one_place():
 
 
 def test_the_fair_protocol_trains_every_algorithm_at_every_rate_and_chooses_on_validation(tmp_path):
-    r = snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "default.yaml"),
-                  str(ROOT / "config" / "fair.yaml"), configfile=None, timeout=300)
+    r = snakemake(
+        tmp_path,
+        "-n",
+        "--configfile",
+        str(ROOT / "config" / "default.yaml"),
+        str(ROOT / "config" / "fair.yaml"),
+        configfile=None,
+        timeout=300,
+    )
     jobs = _job_counts(r.stdout + r.stderr)
-    assert jobs["rl"] == 30 and jobs["eval_val"] == 30 and jobs["select"] == 1   # 2 x 3 x 5
-    assert jobs["eval_checkpoint"] == 30                                         # budget 100
+    assert jobs["rl"] == 30 and jobs["eval_val"] == 30 and jobs["select"] == 1  # 2 x 3 x 5
+    assert jobs["eval_checkpoint"] == 30  # budget 100
     base = tmp_path / "results" / "tiny-fair" / "config"
     rl = yaml.safe_load((base / "rl" / "gspo-lr2e-5-seed3.yaml").read_text())
     assert rl["lr"] == 2e-5 and rl["algorithm"] == "gspo" and rl["seed"] == 3
     report = yaml.safe_load((base / "report.yaml").read_text())
-    assert report["variants"]["gspo-lr1e-4"]["baseline"] == "grpo-lr1e-4"   # same rate
+    assert report["variants"]["gspo-lr1e-4"]["baseline"] == "grpo-lr1e-4"  # same rate
     assert report["variants"]["grpo-lr1e-4"]["baseline"] == ""
     data = yaml.safe_load((base / "data.yaml").read_text())
     assert data["val_n"] == 500 and data["val_tasks"] == ["aime"]
@@ -731,8 +957,11 @@ def test_the_fair_protocol_trains_every_algorithm_at_every_rate_and_chooses_on_v
     assert (val["limit"], val["samples"]) == (0, 4)
     sel = yaml.safe_load((base / "select.yaml").read_text())
     assert [p["lr"] for p in sel["grid"]["grpo"]] == [2e-5, 5e-5, 1e-4]
-    assert all(len(p["results"]) == 5 and all("/val/aime/" in f for f in p["results"])
-               for pts in sel["grid"].values() for p in pts)
+    assert all(
+        len(p["results"]) == 5 and all("/val/aime/" in f for f in p["results"])
+        for pts in sel["grid"].values()
+        for p in pts
+    )
 
 
 def test_the_fair_protocol_refuses_a_validation_benchmark_the_runs_do_not_train_on():
@@ -740,17 +969,31 @@ def test_the_fair_protocol_refuses_a_validation_benchmark_the_runs_do_not_train_
 
     cfg = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
     cfg["fair"] = {"lr_grid": [1e-4], "benchmark": "cf"}
-    cfg["benchmarks"] = ["aime", "lcb"]          # CodeForces-style problems are not scored
+    cfg["benchmarks"] = ["aime", "lcb"]  # CodeForces-style problems are not scored
     validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
-    with pytest.raises(Exception, match="fair.benchmark: 'cf' must be in benchmarks and in the RL mix"):
+    with pytest.raises(
+        Exception, match="fair.benchmark: 'cf' must be in benchmarks and in the RL mix"
+    ):
         _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
 
 
 def test_the_stress_variant_is_the_default_at_a_larger_rate_with_more_off_policy_updates(tmp_path):
-    snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "default.yaml"),
-              str(ROOT / "config" / "stress.yaml"), configfile=None, timeout=300)
+    snakemake(
+        tmp_path,
+        "-n",
+        "--configfile",
+        str(ROOT / "config" / "default.yaml"),
+        str(ROOT / "config" / "stress.yaml"),
+        configfile=None,
+        timeout=300,
+    )
     base = tmp_path / "results"
-    stress = yaml.safe_load((base / "tiny-stress" / "config" / "rl" / "gspo-seed4.yaml").read_text())
+    stress = yaml.safe_load(
+        (base / "tiny-stress" / "config" / "rl" / "gspo-seed4.yaml").read_text()
+    )
     default = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())["rl"]
     assert stress["lr"] > 2 * default["lr"] and stress["minibatches"] > default["minibatches"]
-    assert (stress["steps"], stress["prompts_per_step"]) == (default["steps"], default["prompts_per_step"])
+    assert (stress["steps"], stress["prompts_per_step"]) == (
+        default["steps"],
+        default["prompts_per_step"],
+    )

@@ -26,13 +26,19 @@ def loss(case: dict) -> dict:
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.workers.config import ActorConfig
 
-    cfg = ActorConfig(strategy="fsdp", rollout_n=2, ppo_micro_batch_size_per_gpu=1,
-                      **case["config"])
+    cfg = ActorConfig(
+        strategy="fsdp", rollout_n=2, ppo_micro_batch_size_per_gpu=1, **case["config"]
+    )
     logp = case["logp"].clone().requires_grad_()
     value, metrics = get_policy_loss_fn(case["mode"])(
-        old_log_prob=case["old"], log_prob=logp, advantages=case["adv"],
-        response_mask=case["mask"], loss_agg_mode=case["agg"], config=cfg,
-        rollout_is_weights=case.get("is_weights"))
+        old_log_prob=case["old"],
+        log_prob=logp,
+        advantages=case["adv"],
+        response_mask=case["mask"],
+        loss_agg_mode=case["agg"],
+        config=cfg,
+        rollout_is_weights=case.get("is_weights"),
+    )
     value.backward()
     return {"loss": value.detach(), "grad": logp.grad, "metrics": metrics}
 
@@ -41,9 +47,12 @@ def weights(case: dict) -> dict:
     """verl's rollout-correction weights (rollout_corr_helper.compute_rollout_correction_weights)."""
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
 
-    w, _ = compute_rollout_correction_weights(case["log_ratio"], case["mask"],
-                                              rollout_is=case["level"],
-                                              rollout_is_threshold=case["threshold"])
+    w, _ = compute_rollout_correction_weights(
+        case["log_ratio"],
+        case["mask"],
+        rollout_is=case["level"],
+        rollout_is_threshold=case["threshold"],
+    )
     return {"weights": w}
 
 
@@ -55,10 +64,19 @@ def dataset(case: dict) -> dict:
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     tok = AutoTokenizer.from_pretrained(case["tokenizer"])
-    ds = RLHFDataset(data_files=[case["path"]], tokenizer=tok, config=OmegaConf.create(
-        {"max_prompt_length": case["max_prompt_length"], "cache_dir": case["cache_dir"]}))
-    return {"rows": [{k: ds[i][k] for k in ("data_source", "reward_model", "extra_info",
-                                            "raw_prompt")} for i in range(len(ds))]}
+    ds = RLHFDataset(
+        data_files=[case["path"]],
+        tokenizer=tok,
+        config=OmegaConf.create(
+            {"max_prompt_length": case["max_prompt_length"], "cache_dir": case["cache_dir"]}
+        ),
+    )
+    return {
+        "rows": [
+            {k: ds[i][k] for k in ("data_source", "reward_model", "extra_info", "raw_prompt")}
+            for i in range(len(ds))
+        ]
+    }
 
 
 def reward(case: dict) -> dict:
@@ -76,11 +94,17 @@ def reward(case: dict) -> dict:
     spec.loader.exec_module(module)
     tok = AutoTokenizer.from_pretrained(case["tokenizer"])
     batch = DataProto.from_dict(
-        tensors={"prompts": case["prompts"], "responses": case["responses"],
-                 "attention_mask": case["attention_mask"]},
-        non_tensors={"data_source": np.array(case["data_source"], dtype=object),
-                     "reward_model": np.array(case["reward_model"], dtype=object),
-                     "extra_info": np.array([dict(x) for x in case["extra_info"]], dtype=object)})
+        tensors={
+            "prompts": case["prompts"],
+            "responses": case["responses"],
+            "attention_mask": case["attention_mask"],
+        },
+        non_tensors={
+            "data_source": np.array(case["data_source"], dtype=object),
+            "reward_model": np.array(case["reward_model"], dtype=object),
+            "extra_info": np.array([dict(x) for x in case["extra_info"]], dtype=object),
+        },
+    )
     out = NaiveRewardManager(tok, num_examine=0, compute_score=module.compute_score)(batch)
     return {"rewards": out.sum(dim=1)}
 
@@ -101,8 +125,9 @@ def _compose(case: dict):
     with initialize_config_dir(config_dir=folder, version_base=None):
         cfg = compose(config_name=case["name"], overrides=case["overrides"])
     auto_set_device(cfg)
-    validate_config(cfg, use_reference_policy=need_reference_policy(cfg),
-                    use_critic=need_critic(cfg))
+    validate_config(
+        cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg)
+    )
     return cfg
 
 
@@ -155,36 +180,57 @@ def megatron(case: dict) -> dict:
             tensor_model_parallel_size=e.tensor_model_parallel_size,
             pipeline_model_parallel_size=e.pipeline_model_parallel_size,
             virtual_pipeline_model_parallel_size=e.virtual_pipeline_model_parallel_size,
-            use_sharp=False, context_parallel_size=e.context_parallel_size,
+            use_sharp=False,
+            context_parallel_size=e.context_parallel_size,
             expert_model_parallel_size=e.expert_model_parallel_size,
             expert_tensor_parallel_size=e.expert_tensor_parallel_size,
-            nccl_communicator_config_path=None, create_gloo_process_groups=False)
-        out["layout"] = {"tp": mpu.get_tensor_model_parallel_world_size(),
-                         "ep": mpu.get_expert_model_parallel_world_size(),
-                         "etp": mpu.get_expert_tensor_parallel_world_size(),
-                         "edp": mpu.get_expert_data_parallel_world_size(),
-                         "dp": mpu.get_data_parallel_world_size(), "world": world}
+            nccl_communicator_config_path=None,
+            create_gloo_process_groups=False,
+        )
+        out["layout"] = {
+            "tp": mpu.get_tensor_model_parallel_world_size(),
+            "ep": mpu.get_expert_model_parallel_world_size(),
+            "etp": mpu.get_expert_tensor_parallel_world_size(),
+            "edp": mpu.get_expert_data_parallel_world_size(),
+            "dp": mpu.get_data_parallel_world_size(),
+            "world": world,
+        }
     except Exception as err:  # noqa: BLE001 - Megatron's refusal is the answer
         out["layout"] = {"error": f"{type(err).__name__}: {err}"}
     finally:
         mpu.destroy_model_parallel()
     opt = init_megatron_optim_config(actor.optim, use_distributed_optimizer=True, bf16=True)
-    out["optimizer"] = {"adam_beta1": opt.adam_beta1, "adam_beta2": opt.adam_beta2,
-                        "lr": opt.lr, "weight_decay": opt.weight_decay}
+    out["optimizer"] = {
+        "adam_beta1": opt.adam_beta1,
+        "adam_beta2": opt.adam_beta2,
+        "lr": opt.lr,
+        "weight_decay": opt.weight_decay,
+    }
     overrides = dict(e.override_transformer_config)
     try:
-        tf = TransformerConfig(**case["shape"], tensor_model_parallel_size=e.tensor_model_parallel_size,
-                               expert_model_parallel_size=e.expert_model_parallel_size,
-                               expert_tensor_parallel_size=e.expert_tensor_parallel_size,
-                               pipeline_model_parallel_size=e.pipeline_model_parallel_size,
-                               sequence_parallel=e.sequence_parallel, **overrides)
-        out["transformer"] = {k: getattr(tf, k) for k in (
-            "recompute_granularity", "recompute_method", "recompute_num_layers",
-            "moe_aux_loss_coeff")}
+        tf = TransformerConfig(
+            **case["shape"],
+            tensor_model_parallel_size=e.tensor_model_parallel_size,
+            expert_model_parallel_size=e.expert_model_parallel_size,
+            expert_tensor_parallel_size=e.expert_tensor_parallel_size,
+            pipeline_model_parallel_size=e.pipeline_model_parallel_size,
+            sequence_parallel=e.sequence_parallel,
+            **overrides,
+        )
+        out["transformer"] = {
+            k: getattr(tf, k)
+            for k in (
+                "recompute_granularity",
+                "recompute_method",
+                "recompute_num_layers",
+                "moe_aux_loss_coeff",
+            )
+        }
     except Exception as err:  # noqa: BLE001
         out["transformer"] = {"error": f"{type(err).__name__}: {err}"}
-    env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg),
-                          cfg.ray_kwargs.get("ray_init", {}).get("runtime_env", {}))
+    env = OmegaConf.merge(
+        get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.get("ray_init", {}).get("runtime_env", {})
+    )
     out["ray_env"] = OmegaConf.to_container(env).get("env_vars", {})
     return out
 
@@ -204,8 +250,15 @@ def log(case: dict) -> dict:
     return {}
 
 
-KINDS = {"loss": loss, "weights": weights, "dataset": dataset, "reward": reward, "config": config,
-         "megatron": megatron, "log": log}
+KINDS = {
+    "loss": loss,
+    "weights": weights,
+    "dataset": dataset,
+    "reward": reward,
+    "config": config,
+    "megatron": megatron,
+    "log": log,
+}
 
 
 def main(cases_path: str, out_path: str) -> None:

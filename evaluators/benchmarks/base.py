@@ -8,8 +8,8 @@ from typing import Protocol, Sequence
 
 
 class Benchmark(Protocol):
-    TASK: str                        # a record's `task` (the registry's name may be shorter)
-    RECORD_FIELDS: tuple[str, ...]   # what an evaluation record must carry
+    TASK: str  # a record's `task` (the registry's name may be shorter)
+    RECORD_FIELDS: tuple[str, ...]  # what an evaluation record must carry
 
     def generate(self, n: int, *, split: str, seed: int, **options) -> list[dict]:
         """`n` procedurally generated records of `split` ('train' or 'test'), disjoint splits."""
@@ -26,6 +26,7 @@ class Benchmark(Protocol):
     def score(self, record: dict, completion: str) -> dict:
         """At least {"passed": bool} for one completion."""
 
-    def score_many(self, records: Sequence[dict], completions: Sequence[str], workers: int = 1,
-                   **options) -> list[dict]:
+    def score_many(
+        self, records: Sequence[dict], completions: Sequence[str], workers: int = 1, **options
+    ) -> list[dict]:
         """score() of each (record, completion) pair, in order."""

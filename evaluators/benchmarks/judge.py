@@ -50,14 +50,25 @@ from evaluators.execution import batch, sandbox
 from evaluators.execution.sandboxed import source
 from gspo.io import DataError
 
-VERDICTS = ("passed", "wrong answer", "time limit", "runtime error", "compile error",
-            "memory limit", "output limit", "checker error", "skipped")
+VERDICTS = (
+    "passed",
+    "wrong answer",
+    "time limit",
+    "runtime error",
+    "compile error",
+    "memory limit",
+    "output limit",
+    "checker error",
+    "skipped",
+)
 CHECKER_TIMEOUT_S = 10.0
 CHECKER_MEMORY_MB = 1024
 CHECKER_FILES = ("input.txt", "correct_output.txt", "solution_output.txt")
 # Runs checker.py as its own script (sys.argv[0] and __file__ are checker.py), the contract's call.
-CHECKER_STUB = ("import runpy, sys\nsys.argv[0] = 'checker.py'\n"
-                "runpy.run_path('checker.py', run_name='__main__')\n")
+CHECKER_STUB = (
+    "import runpy, sys\nsys.argv[0] = 'checker.py'\n"
+    "runpy.run_path('checker.py', run_name='__main__')\n"
+)
 
 Compare = Callable[[str, str], bool]
 
@@ -76,8 +87,9 @@ def extract_code(completion: str) -> str:
 
 def syntax_ok(code: str) -> bool | None:
     """True / False when the harness can tell (same Python as the sandbox); None otherwise."""
-    ver = sandbox.sandbox_python_version() or (sys.version_info[:2] if sandbox.unsafe_requested()
-                                                else None)
+    ver = sandbox.sandbox_python_version() or (
+        sys.version_info[:2] if sandbox.unsafe_requested() else None
+    )
     if ver != sys.version_info[:2] or len(code) > 1_000_000:
         return None
     try:
@@ -107,8 +119,10 @@ def status_verdict(r: sandbox.Result) -> str | None:
         return "output limit"
     if r.status == "runtime_error":
         tail = r.stderr.strip().splitlines()[-1:] if r.stderr.strip() else [""]
-        if tail[0].startswith(("SyntaxError", "IndentationError", "TabError")) and \
-                r.stderr.count('File "') == 1:   # raised while compiling the program itself
+        if (
+            tail[0].startswith(("SyntaxError", "IndentationError", "TabError"))
+            and r.stderr.count('File "') == 1
+        ):  # raised while compiling the program itself
             return "compile error"
         return "runtime error"
     return None
@@ -121,7 +135,7 @@ def functional_verdict(r: sandbox.Result, want_text: str) -> str:
         return v
     lines = r.channel.decode("utf-8", "replace").splitlines()
     if len(lines) != 1:
-        return "runtime error"       # no value (exited early) or more than one claim
+        return "runtime error"  # no value (exited early) or more than one claim
     try:
         msg = json.loads(lines[0])
     except json.JSONDecodeError:
@@ -177,33 +191,73 @@ def run_checker(checker: str, test: dict, output: str, *, unsafe: bool | None = 
     files = dict(zip(CHECKER_FILES, (test["input"], test["output"], output)))
     size = sum(len(x.encode("utf-8", "replace")) for x in files.values()) + len(checker)
     files["checker.py"] = checker
-    r = sandbox.run(CHECKER_STUB, "", timeout_s=CHECKER_TIMEOUT_S, memory_mb=CHECKER_MEMORY_MB,
-                    files=files, args=CHECKER_FILES, max_output=1 << 20,
-                    tmp_mb=sandbox.DEFAULT_TMP_MB + (size >> 20) + 1, unsafe=unsafe)
+    r = sandbox.run(
+        CHECKER_STUB,
+        "",
+        timeout_s=CHECKER_TIMEOUT_S,
+        memory_mb=CHECKER_MEMORY_MB,
+        files=files,
+        args=CHECKER_FILES,
+        max_output=1 << 20,
+        tmp_mb=sandbox.DEFAULT_TMP_MB + (size >> 20) + 1,
+        unsafe=unsafe,
+    )
     return checker_verdict(r)
 
 
-def make_job(code: str, test: dict, *, func_name: str = "", header: str = "",
-             timeout_s: float, memory_mb: int) -> dict:
+def make_job(
+    code: str,
+    test: dict,
+    *,
+    func_name: str = "",
+    header: str = "",
+    timeout_s: float,
+    memory_mb: int,
+) -> dict:
     """The sandbox.run keywords that execute `code` (after `header`) on one test."""
     cap = max(1 << 20, 4 * len(test["output"]) + 4096)
     if test["testtype"] == "functional":
-        return dict(code=DRIVER, stdin=test["input"], timeout_s=timeout_s, memory_mb=memory_mb,
-                    files={"solution.py": header + code}, args=(func_name,), channel=True,
-                    max_output=cap)
+        return dict(
+            code=DRIVER,
+            stdin=test["input"],
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            files={"solution.py": header + code},
+            args=(func_name,),
+            channel=True,
+            max_output=cap,
+        )
     if test["testtype"] == "file":
         room = (len(test["input"].encode("utf-8", "replace")) + cap) >> 20
-        return dict(code=FILE_DRIVER, stdin="", timeout_s=timeout_s, memory_mb=memory_mb,
-                    files={"solution.py": header + code, "input.txt": test["input"]},
-                    args=(str(cap),), channel=True, max_output=cap + 1,
-                    tmp_mb=sandbox.DEFAULT_TMP_MB + room + 1,
-                    max_file_mb=max(sandbox.DEFAULT_MAX_FILE_MB, (cap >> 20) + 1))
-    return dict(code=header + code, stdin=test["input"], timeout_s=timeout_s, memory_mb=memory_mb,
-                max_output=cap)
+        return dict(
+            code=FILE_DRIVER,
+            stdin="",
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            files={"solution.py": header + code, "input.txt": test["input"]},
+            args=(str(cap),),
+            channel=True,
+            max_output=cap + 1,
+            tmp_mb=sandbox.DEFAULT_TMP_MB + room + 1,
+            max_file_mb=max(sandbox.DEFAULT_MAX_FILE_MB, (cap >> 20) + 1),
+        )
+    return dict(
+        code=header + code,
+        stdin=test["input"],
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        max_output=cap,
+    )
 
 
-def judge(test: dict, result: sandbox.Result, compare: Compare, *, checker: str | None = None,
-          unsafe: bool | None = None) -> str:
+def judge(
+    test: dict,
+    result: sandbox.Result,
+    compare: Compare,
+    *,
+    checker: str | None = None,
+    unsafe: bool | None = None,
+) -> str:
     """The verdict of one test from what the harness captured of its run; `compare` is the
     benchmark's stdin checker (functional tests compare values with ==), replaced by the
     problem's own `checker` program (run in its own sandbox) when one is given."""
@@ -217,10 +271,20 @@ def judge(test: dict, result: sandbox.Result, compare: Compare, *, checker: str 
     return "passed" if compare(output, test["output"]) else "wrong answer"
 
 
-def run_tests(code: str, tests: Sequence[dict], *, compare: Compare, func_name: str = "",
-              header: str = "", timeout_s: float, memory_mb: int,
-              stop_at_first_failure: bool = False, workers: int = 1,
-              unsafe: bool | None = None, checker: str | None = None) -> dict:
+def run_tests(
+    code: str,
+    tests: Sequence[dict],
+    *,
+    compare: Compare,
+    func_name: str = "",
+    header: str = "",
+    timeout_s: float,
+    memory_mb: int,
+    stop_at_first_failure: bool = False,
+    workers: int = 1,
+    unsafe: bool | None = None,
+    checker: str | None = None,
+) -> dict:
     """Run `code` on every test and judge each (with the problem's `checker` program instead of
     `compare` when given): {passed, verdicts, n_tests, n_passed}."""
     sandbox.check_available(unsafe)
@@ -228,15 +292,25 @@ def run_tests(code: str, tests: Sequence[dict], *, compare: Compare, func_name: 
     if syntax_ok(header + code) is False:
         verdicts = ["compile error"] * n
     else:
-        jobs = [make_job(code, t, func_name=func_name, header=header, timeout_s=timeout_s,
-                         memory_mb=memory_mb) for t in tests]
+        jobs = [
+            make_job(
+                code,
+                t,
+                func_name=func_name,
+                header=header,
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+            )
+            for t in tests
+        ]
         if stop_at_first_failure or workers <= 1 or n <= 1:
-            results = batch.run_program(jobs, stop_on_failure=stop_at_first_failure,
-                                        unsafe=unsafe)
-        else:   # the program's tests split over `workers` sandboxes of its own
+            results = batch.run_program(jobs, stop_on_failure=stop_at_first_failure, unsafe=unsafe)
+        else:  # the program's tests split over `workers` sandboxes of its own
             with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, n)) as pool:
-                parts = pool.map(lambda r: batch.run_program([jobs[i] for i in r], unsafe=unsafe),
-                                 batch.workers_split(n, workers))
+                parts = pool.map(
+                    lambda r: batch.run_program([jobs[i] for i in r], unsafe=unsafe),
+                    batch.workers_split(n, workers),
+                )
                 results = [res for part in parts for res in part]
         verdicts = []
         for t, r in zip(tests, results):
@@ -245,12 +319,17 @@ def run_tests(code: str, tests: Sequence[dict], *, compare: Compare, func_name: 
             verdicts.append(judge(t, r, compare, checker=checker, unsafe=unsafe))
         verdicts += ["skipped"] * (n - len(verdicts))
     n_passed = sum(v == "passed" for v in verdicts)
-    return {"passed": n > 0 and n_passed == n, "verdicts": verdicts, "n_tests": n,
-            "n_passed": n_passed}
+    return {
+        "passed": n > 0 and n_passed == n,
+        "verdicts": verdicts,
+        "n_tests": n,
+        "n_passed": n_passed,
+    }
 
 
-def score_many(score_fn, records: Sequence[dict], completions: Sequence[str], workers: int,
-               **kwargs) -> list[dict]:
+def score_many(
+    score_fn, records: Sequence[dict], completions: Sequence[str], workers: int, **kwargs
+) -> list[dict]:
     """`score_fn(record, completion, **kwargs)` of each pair, `workers` sandboxes at a time, in
     order; the code benchmarks' `score_many`."""
     records, completions = list(records), list(completions)
@@ -262,4 +341,6 @@ def score_many(score_fn, records: Sequence[dict], completions: Sequence[str], wo
     if workers == 1 or len(records) <= 1:
         return [score_fn(r, c, **kwargs) for r, c in zip(records, completions)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(records))) as pool:
-        return list(pool.map(lambda rc: score_fn(rc[0], rc[1], **kwargs), zip(records, completions)))
+        return list(
+            pool.map(lambda rc: score_fn(rc[0], rc[1], **kwargs), zip(records, completions))
+        )

@@ -121,7 +121,7 @@ def iter_rows(source, load_hub: Callable[[str], Iterable]) -> Iterator[tuple[str
     .json/.jsonl/.parquet name that does not exist raises DataError rather than going to the
     hub."""
     path = pathlib.Path(source)
-    if "*" in str(source):        # a pattern picks one split's shards: data/train-*.parquet
+    if "*" in str(source):  # a pattern picks one split's shards: data/train-*.parquet
         matches = sorted(glob.glob(str(source)))
         if not matches:
             raise DataError(f"{source}: no files match")
@@ -146,6 +146,14 @@ def read_rows(source, load_hub: Callable[[str], Iterable]) -> list[tuple[str, di
 def looks_offline(err: BaseException) -> bool:
     """Whether a `datasets` failure means the hub could not be reached."""
     text = f"{type(err).__name__} {err}"
-    return any(s in text for s in ("ConnectionError", "Couldn't reach", "LocalEntryNotFound",
-                                   "OfflineModeIsEnabled", "Name or service not known",
-                                   "offline mode"))
+    return any(
+        s in text
+        for s in (
+            "ConnectionError",
+            "Couldn't reach",
+            "LocalEntryNotFound",
+            "OfflineModeIsEnabled",
+            "Name or service not known",
+            "offline mode",
+        )
+    )

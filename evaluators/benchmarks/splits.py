@@ -17,8 +17,9 @@ def split_of(problem: str, test_fraction: float = 0.1) -> str:
     return "test" if (h % 10_000) < test_fraction * 10_000 else "train"
 
 
-def draw_round_robin(templates: Sequence, n: int, *, task: str, split: str, seed: int,
-                     test_fraction: float) -> list[tuple]:
+def draw_round_robin(
+    templates: Sequence, n: int, *, task: str, split: str, seed: int, test_fraction: float
+) -> list[tuple]:
     """`n` (template, constants) pairs whose statements fall in `split`, templates taken in turn.
 
     Each template's constant combinations (its `consts`: (name, lo, hi) ranges) are shuffled once
@@ -30,8 +31,10 @@ def draw_round_robin(templates: Sequence, n: int, *, task: str, split: str, seed
     pools = []
     for t in templates:
         keys = [k for k, _, _ in t.consts]
-        combos = [dict(zip(keys, vals)) for vals in
-                  itertools.product(*[range(lo, hi + 1) for _, lo, hi in t.consts])]
+        combos = [
+            dict(zip(keys, vals))
+            for vals in itertools.product(*[range(lo, hi + 1) for _, lo, hi in t.consts])
+        ]
         combos = [c for c in combos if split_of(t.statement.format(**c), test_fraction) == split]
         rng.shuffle(combos)
         pools.append((t, collections.deque(combos)))
@@ -39,8 +42,10 @@ def draw_round_robin(templates: Sequence, n: int, *, task: str, split: str, seed
     while len(out) < n:
         live = [(t, pool) for t, pool in pools if pool]
         if not live:
-            raise ValueError(f"only {len(out)} distinct {split} problems exist for templates "
-                             f"{[t.name for t in templates]}; asked for {n}")
+            raise ValueError(
+                f"only {len(out)} distinct {split} problems exist for templates "
+                f"{[t.name for t in templates]}; asked for {n}"
+            )
         for t, pool in live:
             if len(out) == n:
                 break

@@ -48,18 +48,24 @@ _START_SLACK_S = 2.0
 _PER_TEST_SLACK_S = 0.1
 
 
-
 def _test_spec(job: dict) -> dict:
     """One job (sandbox.run keywords, as judge.make_job gives them) as RUNNER reads it."""
-    return {"code": job["code"], "stdin": str(job.get("stdin", "")),
-            "files": {k: v if isinstance(v, str) else v.decode("utf-8", "surrogateescape")
-                      for k, v in (job.get("files") or {}).items()},
-            "args": [str(a) for a in job.get("args", ())], "channel": bool(job.get("channel")),
-            "timeout_s": float(job["timeout_s"]), "memory_mb": int(job["memory_mb"]),
-            "max_output": int(job.get("max_output", sandbox.DEFAULT_MAX_OUTPUT)),
-            "max_stderr": int(job.get("max_stderr", sandbox.DEFAULT_MAX_STDERR)),
-            "max_file_mb": int(job.get("max_file_mb", sandbox.DEFAULT_MAX_FILE_MB)),
-            "max_procs": int(job.get("max_procs", sandbox.DEFAULT_MAX_PROCS))}
+    return {
+        "code": job["code"],
+        "stdin": str(job.get("stdin", "")),
+        "files": {
+            k: v if isinstance(v, str) else v.decode("utf-8", "surrogateescape")
+            for k, v in (job.get("files") or {}).items()
+        },
+        "args": [str(a) for a in job.get("args", ())],
+        "channel": bool(job.get("channel")),
+        "timeout_s": float(job["timeout_s"]),
+        "memory_mb": int(job["memory_mb"]),
+        "max_output": int(job.get("max_output", sandbox.DEFAULT_MAX_OUTPUT)),
+        "max_stderr": int(job.get("max_stderr", sandbox.DEFAULT_MAX_STDERR)),
+        "max_file_mb": int(job.get("max_file_mb", sandbox.DEFAULT_MAX_FILE_MB)),
+        "max_procs": int(job.get("max_procs", sandbox.DEFAULT_MAX_PROCS)),
+    }
 
 
 def _result(head: dict, parts: list[bytes]) -> Result:
@@ -67,8 +73,9 @@ def _result(head: dict, parts: list[bytes]) -> Result:
     chan = parts[2] if len(parts) > 2 else b""
     if head["killed"]:
         return Result(head["killed"], stdout, stderr, None, head["wall"], chan, True)
-    return Result(_classify(head["rc"], stderr), stdout, stderr, head["rc"], head["wall"], chan,
-                  True)
+    return Result(
+        _classify(head["rc"], stderr), stdout, stderr, head["rc"], head["wall"], chan, True
+    )
 
 
 def _time_limit(specs: list[dict]) -> float:
@@ -81,13 +88,17 @@ def _one_shot(specs: list[dict], jobs: list[dict], stop: bool, unsafe) -> tuple[
     largest = max(len(s["code"]) + sum(len(v) for v in s["files"].values()) for s in specs)
     cap = sum(2 * s["max_output"] + s["max_stderr"] + _FRAME_SLACK for s in specs)
     outer = sandbox.run(
-        RUNNER, request(specs, stop),
+        RUNNER,
+        request(specs, stop),
         timeout_s=_time_limit(specs),
-        memory_mb=max(s["memory_mb"] for s in specs), channel=True, max_output=cap,
+        memory_mb=max(s["memory_mb"] for s in specs),
+        channel=True,
+        max_output=cap,
         max_procs=max(int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) for j in jobs) + 1,
         max_file_mb=max(max(s["max_file_mb"] for s in specs), (largest >> 20) + 1),
         tmp_mb=max(int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) for j in jobs) + (largest >> 20),
-        unsafe=unsafe)
+        unsafe=unsafe,
+    )
     return parse_frames(outer.channel, len(specs)), outer.status, outer.stderr
 
 
@@ -101,8 +112,13 @@ def _pooled(specs: list[dict], stop: bool, unsafe) -> tuple[list, str, str]:
     return frames, status, "sandbox worker ended early"
 
 
-def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
-                unsafe: bool | None = None, pooled: bool = True) -> list[Result]:
+def run_program(
+    jobs: Sequence[dict],
+    *,
+    stop_on_failure: bool = False,
+    unsafe: bool | None = None,
+    pooled: bool = True,
+) -> list[Result]:
     """Run the jobs of ONE program (sandbox.run keywords: code, stdin, timeout_s, memory_mb,
     files, args, channel, max_output, ...) in one sandbox, in order; a Result per job: in a warm
     worker of evaluators.execution.pool when `pooled` and the jobs fit its limits, else in a sandbox of
@@ -127,16 +143,18 @@ def run_program(jobs: Sequence[dict], *, stop_on_failure: bool = False,
     except pool.PoolUnavailable:
         frames, status, why = _one_shot(specs, jobs, stop_on_failure, unsafe)
     results = [_result(h, p) for h, p in frames]
-    if len(results) == len(jobs) or (stop_on_failure and status == "ok" and results
-                                     and not results[-1].ok):
+    if len(results) == len(jobs) or (
+        stop_on_failure and status == "ok" and results and not results[-1].ok
+    ):
         return results
     # The runner did not finish: the program stopped or killed it (its own loss), or it ran
     # past the program's total time. The test it was on, and every later one, fail.
     status = "timeout" if status == "timeout" else "runtime_error"
     missing = len(jobs) - len(results)
-    results += [Result(status, "", why or f"sandbox runner ended early ({status})", None, 0.0,
-                       b"", True)] * missing
-    return results if not stop_on_failure else results[:len(results) - missing + 1]
+    results += [
+        Result(status, "", why or f"sandbox runner ended early ({status})", None, 0.0, b"", True)
+    ] * missing
+    return results if not stop_on_failure else results[: len(results) - missing + 1]
 
 
 def workers_split(n: int, workers: int) -> list[range]:

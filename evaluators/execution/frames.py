@@ -35,7 +35,7 @@ def next_frame(data, pos: int = 0):
         return None
     parts = []
     for size in head["n"]:
-        parts.append(bytes(data[pos:pos + size]))
+        parts.append(bytes(data[pos : pos + size]))
         pos += size
     return head, parts, pos
 

@@ -59,12 +59,22 @@ class Worker:
 
     def __init__(self, backend):
         self.proc, _, streams = sandbox.start_bwrap(
-            backend, RUNNER, None, timeout_s=10 ** 6, memory_mb=POOL_MEMORY_MB, files=None,
-            args=(), channel=True, max_procs=sandbox.DEFAULT_MAX_PROCS + 1,
-            max_file_mb=POOL_MAX_FILE_MB, tmp_mb=POOL_TMP_MB, ro_dev=True)
+            backend,
+            RUNNER,
+            None,
+            timeout_s=10**6,
+            memory_mb=POOL_MEMORY_MB,
+            files=None,
+            args=(),
+            channel=True,
+            max_procs=sandbox.DEFAULT_MAX_PROCS + 1,
+            max_file_mb=POOL_MAX_FILE_MB,
+            tmp_mb=POOL_TMP_MB,
+            ro_dev=True,
+        )
         self.chan, self.programs, self.buf = streams["channel"], 0, bytearray()
         info, deadline = bytearray(), time.monotonic() + _START_TIMEOUT_S
-        while time.monotonic() < deadline:        # bwrap writes its info JSON, then closes it
+        while time.monotonic() < deadline:  # bwrap writes its info JSON, then closes it
             chunk = _read_ready(streams["info"], deadline)
             if not chunk:
                 break
@@ -72,7 +82,7 @@ class Worker:
         os.close(streams["info"])
         self.pidfd = _open_pid1(bytes(info), self.proc.pid)
         os.set_blocking(self.chan, False)
-        try:                         # an empty program: the runner starts, resets and answers
+        try:  # an empty program: the runner starts, resets and answers
             self.run(request([], False), time.monotonic() + _START_TIMEOUT_S)
         except WorkerError:
             try:
@@ -81,8 +91,10 @@ class Worker:
                 pass
             err = self.proc.stderr.read1(4096) if self.proc.poll() is not None else b""
             self.close()
-            raise PoolUnavailable(f"a fresh sandbox worker did not answer: "
-                                  f"{err.decode('utf-8', 'replace').strip()[-300:]}") from None
+            raise PoolUnavailable(
+                f"a fresh sandbox worker did not answer: "
+                f"{err.decode('utf-8', 'replace').strip()[-300:]}"
+            ) from None
         self.programs = 0
 
     def run(self, request: bytes, deadline: float) -> list[tuple[dict, list[bytes]]]:
@@ -107,7 +119,7 @@ class Worker:
         while True:
             frame = next_frame(self.buf)
             if frame is not None:
-                del self.buf[:frame[2]]
+                del self.buf[: frame[2]]
                 return frame[:2]
             chunk = _read_ready(self.chan, deadline)
             if not chunk:
@@ -158,8 +170,9 @@ class _Pool:
             if self.idle:
                 return self.idle.pop()
             if self.spawner is None:
-                self.spawner = threading.Thread(target=self._spawn_forever, daemon=True,
-                                                name="gspo-sandbox-spawner")
+                self.spawner = threading.Thread(
+                    target=self._spawn_forever, daemon=True, name="gspo-sandbox-spawner"
+                )
                 self.spawner.start()
         reply: queue.Queue = queue.Queue()
         self.starts.put((backend, reply))
@@ -197,16 +210,22 @@ def shutdown() -> None:
     _POOL.shutdown()
 
 
-_unavailable: list[str] = []     # why pooling does not work here, once a fresh worker failed
+_unavailable: list[str] = []  # why pooling does not work here, once a fresh worker failed
 
 
 def fits(specs: list[dict], jobs: list[dict]) -> bool:
     """Whether pooling works here and every test fits a worker's limits."""
-    return not _unavailable and all(s["memory_mb"] <= POOL_MEMORY_MB and s["max_file_mb"] <= POOL_MAX_FILE_MB
-               for s in specs) and all(
-        int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) <= POOL_TMP_MB
-        and int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) <= sandbox.DEFAULT_MAX_PROCS
-        for j in jobs)
+    return (
+        not _unavailable
+        and all(
+            s["memory_mb"] <= POOL_MEMORY_MB and s["max_file_mb"] <= POOL_MAX_FILE_MB for s in specs
+        )
+        and all(
+            int(j.get("tmp_mb", sandbox.DEFAULT_TMP_MB)) <= POOL_TMP_MB
+            and int(j.get("max_procs", sandbox.DEFAULT_MAX_PROCS)) <= sandbox.DEFAULT_MAX_PROCS
+            for j in jobs
+        )
+    )
 
 
 def run(backend, request: bytes, deadline: float):

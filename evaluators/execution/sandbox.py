@@ -81,13 +81,14 @@ class SandboxUnavailable(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # The one-time probe
 
+
 @dataclasses.dataclass(frozen=True)
 class _Backend:
-    mode: str                   # "bwrap" or "unsafe"
+    mode: str  # "bwrap" or "unsafe"
     python: str
     bwrap: str | None
     python_version: tuple[int, int] | None
-    reason: str = ""            # why bwrap is not usable, when it is not
+    reason: str = ""  # why bwrap is not usable, when it is not
 
 
 _probe_lock = threading.Lock()
@@ -103,23 +104,41 @@ def _probe() -> _Backend | str:
         if key in _probe_cache:
             return _probe_cache[key]
         if python is None:
-            why = ("no Python interpreter the sandbox user can run; set GSPO_SANDBOX_PYTHON "
-                   "to a world-readable python3")
+            why = (
+                "no Python interpreter the sandbox user can run; set GSPO_SANDBOX_PYTHON "
+                "to a world-readable python3"
+            )
         elif bwrap is None:
             why = "bubblewrap (bwrap) not found; install it (e.g. apt-get install bubblewrap)"
         else:
             backend = _Backend("bwrap", python, bwrap, None)
             code = "import sys,socket\nprint(sys.version_info[0], sys.version_info[1])\n"
             try:
-                r = _run_bwrap(backend, code, "", timeout_s=20.0, memory_mb=512, files=None,
-                               args=(), channel=False, max_output=4096, max_stderr=65536,
-                               max_procs=DEFAULT_MAX_PROCS, max_file_mb=1, tmp_mb=4)
+                r = _run_bwrap(
+                    backend,
+                    code,
+                    "",
+                    timeout_s=20.0,
+                    memory_mb=512,
+                    files=None,
+                    args=(),
+                    channel=False,
+                    max_output=4096,
+                    max_stderr=65536,
+                    max_procs=DEFAULT_MAX_PROCS,
+                    max_file_mb=1,
+                    tmp_mb=4,
+                )
                 parts = r.stdout.split()
                 if r.status == "ok" and len(parts) == 2:
-                    result = dataclasses.replace(backend, python_version=(int(parts[0]), int(parts[1])))
+                    result = dataclasses.replace(
+                        backend, python_version=(int(parts[0]), int(parts[1]))
+                    )
                     _probe_cache[key] = result
                     return result
-                why = f"bwrap probe failed ({r.status}, rc={r.returncode}): {r.stderr.strip()[-300:]}"
+                why = (
+                    f"bwrap probe failed ({r.status}, rc={r.returncode}): {r.stderr.strip()[-300:]}"
+                )
             except OSError as e:
                 why = f"bwrap probe could not start: {e}"
         _probe_cache[key] = why
@@ -146,7 +165,8 @@ def _backend(unsafe: bool | None) -> _Backend:
         raise SandboxUnavailable(
             f"cannot isolate untrusted code: {b}. Refusing to run it unsandboxed; pass unsafe=True "
             f"or set {UNSAFE_ENV}=1 to run it as plain subprocesses (no file-system, network or "
-            "PID isolation), only on a throw-away machine")
+            "PID isolation), only on a throw-away machine"
+        )
     if not _warned_unsafe:
         warnings.warn(f"{UNSAFE_ENV}: running untrusted code WITHOUT isolation ({b})", stacklevel=3)
         _warned_unsafe = True
@@ -173,16 +193,24 @@ def reset_probe() -> None:
 # ---------------------------------------------------------------------------------------------
 # Running
 
+
 def _limits_argv(timeout_s: float, memory_mb: int, max_procs: int, max_file_mb: int) -> list[str]:
     cpu = max(1, math.ceil(timeout_s))
     prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
-    return [prlimit, f"--cpu={cpu}:{cpu + 1}", f"--as={int(memory_mb) << 20}",
-            f"--fsize={int(max_file_mb) << 20}", f"--nofile={DEFAULT_MAX_OPEN_FILES}",
-            f"--nproc={int(max_procs)}", "--core=0", "--"]
+    return [
+        prlimit,
+        f"--cpu={cpu}:{cpu + 1}",
+        f"--as={int(memory_mb) << 20}",
+        f"--fsize={int(max_file_mb) << 20}",
+        f"--nofile={DEFAULT_MAX_OPEN_FILES}",
+        f"--nproc={int(max_procs)}",
+        "--core=0",
+        "--",
+    ]
 
 
 def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, 0)   # not inheritable; pass_fds makes it so in the child only
+    fd = os.memfd_create(name, 0)  # not inheritable; pass_fds makes it so in the child only
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -195,12 +223,22 @@ def _as_bytes(x) -> bytes:
     return x if isinstance(x, bytes) else str(x).encode("utf-8")
 
 
-def run(code: str, stdin: str = "", *, timeout_s: float, memory_mb: int,
-        files: Mapping[str, str | bytes] | None = None, args: Iterable[str] = (),
-        channel: bool = False, max_output: int = DEFAULT_MAX_OUTPUT,
-        max_stderr: int = DEFAULT_MAX_STDERR, max_procs: int = DEFAULT_MAX_PROCS,
-        max_file_mb: int = DEFAULT_MAX_FILE_MB, tmp_mb: int = DEFAULT_TMP_MB,
-        unsafe: bool | None = None) -> Result:
+def run(
+    code: str,
+    stdin: str = "",
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    files: Mapping[str, str | bytes] | None = None,
+    args: Iterable[str] = (),
+    channel: bool = False,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+    max_stderr: int = DEFAULT_MAX_STDERR,
+    max_procs: int = DEFAULT_MAX_PROCS,
+    max_file_mb: int = DEFAULT_MAX_FILE_MB,
+    tmp_mb: int = DEFAULT_TMP_MB,
+    unsafe: bool | None = None,
+) -> Result:
     """Run the Python program `code` on `stdin` in a fresh sandbox and capture what it printed.
 
     `timeout_s` bounds wall time (and, rounded up, CPU time); `memory_mb` the address space.
@@ -214,28 +252,72 @@ def run(code: str, stdin: str = "", *, timeout_s: float, memory_mb: int,
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     if memory_mb < 16:
         raise ValueError(f"memory_mb must be >= 16, got {memory_mb}")
-    for name in (files or {}):
-        if not name or name.startswith("/") or ".." in pathlib.PurePosixPath(name).parts \
-                or name == "main.py":
+    for name in files or {}:
+        if (
+            not name
+            or name.startswith("/")
+            or ".." in pathlib.PurePosixPath(name).parts
+            or name == "main.py"
+        ):
             raise ValueError(f"bad sandbox file name {name!r}")
     backend = _backend(unsafe)
-    kw = dict(timeout_s=float(timeout_s), memory_mb=int(memory_mb), files=files, args=tuple(args),
-              channel=channel, max_output=int(max_output), max_stderr=int(max_stderr),
-              max_procs=int(max_procs), max_file_mb=int(max_file_mb), tmp_mb=int(tmp_mb))
+    kw = dict(
+        timeout_s=float(timeout_s),
+        memory_mb=int(memory_mb),
+        files=files,
+        args=tuple(args),
+        channel=channel,
+        max_output=int(max_output),
+        max_stderr=int(max_stderr),
+        max_procs=int(max_procs),
+        max_file_mb=int(max_file_mb),
+        tmp_mb=int(tmp_mb),
+    )
     if backend.mode == "bwrap":
         return _run_bwrap(backend, code, stdin, **kw)
     return _run_unsafe(backend, code, stdin, **kw)
 
 
-def _run_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
-               max_output, max_stderr, max_procs, max_file_mb, tmp_mb) -> Result:
-    proc, start, streams = start_bwrap(backend, code, stdin, timeout_s=timeout_s,
-                                       memory_mb=memory_mb, files=files, args=args,
-                                       channel=channel, max_procs=max_procs,
-                                       max_file_mb=max_file_mb, tmp_mb=tmp_mb)
+def _run_bwrap(
+    backend: _Backend,
+    code,
+    stdin,
+    *,
+    timeout_s,
+    memory_mb,
+    files,
+    args,
+    channel,
+    max_output,
+    max_stderr,
+    max_procs,
+    max_file_mb,
+    tmp_mb,
+) -> Result:
+    proc, start, streams = start_bwrap(
+        backend,
+        code,
+        stdin,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        files=files,
+        args=args,
+        channel=channel,
+        max_procs=max_procs,
+        max_file_mb=max_file_mb,
+        tmp_mb=tmp_mb,
+    )
     try:
-        return supervise(proc, streams, start, timeout_s=timeout_s, max_output=max_output,
-                         max_stderr=max_stderr, isolated=True, pid1_from_info=True)
+        return supervise(
+            proc,
+            streams,
+            start,
+            timeout_s=timeout_s,
+            max_output=max_output,
+            max_stderr=max_stderr,
+            isolated=True,
+            pid1_from_info=True,
+        )
     finally:
         for fd in streams.values():
             os.close(fd)
@@ -244,10 +326,28 @@ def _run_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, a
 def _namespace_argv(backend: _Backend, tmp_mb: int, ro_dev: bool) -> list[str]:
     """bwrap's namespaces and mounts: read-only /, private /dev, /dev/shm and /tmp (tmpfs of
     `tmp_mb` each), the hidden directories under empty read-only tmpfs."""
-    cmd = [backend.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
-           "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
-           "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-           "--size", str(max(1, tmp_mb) << 20), "--tmpfs", "/dev/shm"]
+    cmd = [
+        backend.bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(max(1, tmp_mb) << 20),
+        "--tmpfs",
+        "/dev/shm",
+    ]
     if ro_dev:
         cmd += ["--remount-ro", "/dev"]
     for d in hidden_dirs(backend.python):
@@ -255,8 +355,21 @@ def _namespace_argv(backend: _Backend, tmp_mb: int, ro_dev: bool) -> list[str]:
     return cmd + ["--size", str(max(1, tmp_mb) << 20), "--perms", "1777", "--tmpfs", "/tmp"]
 
 
-def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
-                max_procs, max_file_mb, tmp_mb, ro_dev: bool = False):
+def start_bwrap(
+    backend: _Backend,
+    code,
+    stdin,
+    *,
+    timeout_s,
+    memory_mb,
+    files,
+    args,
+    channel,
+    max_procs,
+    max_file_mb,
+    tmp_mb,
+    ro_dev: bool = False,
+):
     """Start `code` in a fresh bwrap sandbox: (the bwrap process, its start time, the read ends
     {"info": bwrap's --info-fd, "channel": GSPO_CHANNEL_FD when `channel`}, which the caller
     closes). `stdin` is the program's whole input (a memory file), or None for a pipe the caller
@@ -279,9 +392,23 @@ def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
             chan_r, chan_w = os.pipe()
             fds += [chan_r, chan_w]
             cmd += ["--setenv", "GSPO_CHANNEL_FD", str(chan_w)]
-        cmd += ["--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-                "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0",
-                "--chdir", "/tmp", "--"]
+        cmd += [
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/tmp",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "PYTHONHASHSEED",
+            "0",
+            "--chdir",
+            "/tmp",
+            "--",
+        ]
         cmd += _limits_argv(timeout_s, memory_mb, max_procs, max_file_mb)
         cmd += [backend.python, "-I", "-B", "/tmp/main.py", *args]
         stdin_fd = _memfd("stdin", _as_bytes(stdin)) if stdin is not None else None
@@ -292,9 +419,15 @@ def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
         if switch_user():
             user_kw = dict(user=SANDBOX_UID, group=SANDBOX_UID, extra_groups=[])
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_fd is None else stdin_fd,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=pass_fds, start_new_session=True, **user_kw)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if stdin_fd is None else stdin_fd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            **user_kw,
+        )
         streams = {"info": info_r}
         if chan_r is not None:
             streams["channel"] = chan_r
@@ -312,8 +445,22 @@ def start_bwrap(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
                 pass
 
 
-def _run_unsafe(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, args, channel,
-                max_output, max_stderr, max_procs, max_file_mb, tmp_mb) -> Result:
+def _run_unsafe(
+    backend: _Backend,
+    code,
+    stdin,
+    *,
+    timeout_s,
+    memory_mb,
+    files,
+    args,
+    channel,
+    max_output,
+    max_stderr,
+    max_procs,
+    max_file_mb,
+    tmp_mb,
+) -> Result:
     work = tempfile.mkdtemp(prefix="gspo-unsafe-")
     fds: list[int] = []
     try:
@@ -321,8 +468,12 @@ def _run_unsafe(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
             p = pathlib.Path(work, name)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(_as_bytes(data))
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0"}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": work,
+            "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+        }
         chan_r = None
         pass_fds = []
         if channel:
@@ -335,14 +486,30 @@ def _run_unsafe(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
         cmd = _limits_argv(timeout_s, memory_mb, max_procs, max_file_mb)
         cmd += [backend.python, "-I", "-B", os.path.join(work, "main.py"), *args]
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=stdin_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                pass_fds=pass_fds, start_new_session=True, cwd=work, env=env)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=stdin_fd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            cwd=work,
+            env=env,
+        )
         for f in pass_fds + [stdin_fd]:
             os.close(f)
             fds.remove(f)
         streams = {"channel": chan_r} if chan_r is not None else {}
-        return supervise(proc, streams, start, timeout_s=timeout_s, max_output=max_output,
-                          max_stderr=max_stderr, isolated=False, pid1_from_info=False)
+        return supervise(
+            proc,
+            streams,
+            start,
+            timeout_s=timeout_s,
+            max_output=max_output,
+            max_stderr=max_stderr,
+            isolated=False,
+            pid1_from_info=False,
+        )
     finally:
         for f in fds:
             try:
@@ -355,21 +522,23 @@ def _run_unsafe(backend: _Backend, code, stdin, *, timeout_s, memory_mb, files, 
 # ---------------------------------------------------------------------------------------------
 # Batches
 
+
 @dataclasses.dataclass(frozen=True)
 class Job:
     code: str
     stdin: str = ""
     timeout_s: float = 6.0
     memory_mb: int = 512
-    options: Mapping = dataclasses.field(default_factory=dict)   # further run() keywords
+    options: Mapping = dataclasses.field(default_factory=dict)  # further run() keywords
 
 
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def run_many(jobs: Iterable[Job | Mapping], workers: int | None = None,
-             unsafe: bool | None = None) -> list[Result]:
+def run_many(
+    jobs: Iterable[Job | Mapping], workers: int | None = None, unsafe: bool | None = None
+) -> list[Result]:
     """Run `jobs` (Job objects or dicts of run() keywords) with at most `workers` sandboxes at a
     time; results in job order. Each run is its own sandbox, so a hostile program in one job
     cannot touch another's result."""
@@ -377,12 +546,18 @@ def run_many(jobs: Iterable[Job | Mapping], workers: int | None = None,
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    _backend(unsafe)    # refuse up front, not once per job
+    _backend(unsafe)  # refuse up front, not once per job
 
     def one(job):
         if isinstance(job, Job):
-            return run(job.code, job.stdin, timeout_s=job.timeout_s, memory_mb=job.memory_mb,
-                       unsafe=unsafe, **dict(job.options))
+            return run(
+                job.code,
+                job.stdin,
+                timeout_s=job.timeout_s,
+                memory_mb=job.memory_mb,
+                unsafe=unsafe,
+                **dict(job.options),
+            )
         kw = dict(job)
         kw.setdefault("unsafe", unsafe)
         return run(kw.pop("code"), kw.pop("stdin", ""), **kw)

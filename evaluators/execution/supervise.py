@@ -14,20 +14,20 @@ import subprocess
 import time
 
 STATUSES = ("ok", "timeout", "memory", "runtime_error", "output_limit")
-_EXIT_GRACE_S = 0.5      # how long pipes may stay open after the program's process has exited
+_EXIT_GRACE_S = 0.5  # how long pipes may stay open after the program's process has exited
 _READ_CHUNK = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    status: str                 # one of STATUSES
+    status: str  # one of STATUSES
     stdout: str
     stderr: str
-    returncode: int | None      # the program's exit status (negative: killed by that signal);
-                                # None when the harness killed it (timeout, output limit)
+    returncode: int | None  # the program's exit status (negative: killed by that signal);
+    # None when the harness killed it (timeout, output limit)
     wall_s: float = 0.0
-    channel: bytes = b""        # what the program wrote to GSPO_CHANNEL_FD (when channel=True)
-    isolated: bool = True       # False: ran in the unsafe mode
+    channel: bytes = b""  # what the program wrote to GSPO_CHANNEL_FD (when channel=True)
+    isolated: bool = True  # False: ran in the unsafe mode
 
     @property
     def ok(self) -> bool:
@@ -43,12 +43,21 @@ def _drain(fd: int, buf: bytearray, cap: int) -> str | None:
     if not chunk:
         return "eof"
     room = cap - len(buf)
-    buf += chunk[:max(room, 0)]
+    buf += chunk[: max(room, 0)]
     return "overflow" if len(chunk) > room else None
 
 
-def supervise(proc: subprocess.Popen, extra: dict[str, int], start: float, *, timeout_s: float,
-               max_output: int, max_stderr: int, isolated: bool, pid1_from_info: bool) -> Result:
+def supervise(
+    proc: subprocess.Popen,
+    extra: dict[str, int],
+    start: float,
+    *,
+    timeout_s: float,
+    max_output: int,
+    max_stderr: int,
+    isolated: bool,
+    pid1_from_info: bool,
+) -> Result:
     """Read the child's streams through caps until EOF, the wall deadline or an overflow; then
     kill whatever is left of it and reap it."""
     caps = {"stdout": max_output, "stderr": max_stderr, "channel": max_output, "info": 65536}
@@ -71,9 +80,9 @@ def supervise(proc: subprocess.Popen, extra: dict[str, int], start: float, *, ti
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
                 if not isolated:
-                    _killpg(proc.pid)   # descendants left in the group
+                    _killpg(proc.pid)  # descendants left in the group
             if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
-                break                   # something still holds a pipe: stop waiting for it
+                break  # something still holds a pipe: stop waiting for it
             wait = min(deadline - now, 0.05 if exited_at is None else _EXIT_GRACE_S)
             for key, _ in sel.select(max(wait, 0.001)):
                 what = _drain(key.fd, bufs[key.data], caps[key.data])
@@ -98,7 +107,7 @@ def supervise(proc: subprocess.Popen, extra: dict[str, int], start: float, *, ti
     chan = bytes(bufs.get("channel", b""))
     if killed_for:
         return Result(killed_for, stdout, stderr, None, wall, chan, isolated)
-    if isolated and rc is not None and rc > 128:   # bwrap reports a signal death as 128 + signal
+    if isolated and rc is not None and rc > 128:  # bwrap reports a signal death as 128 + signal
         rc = -(rc - 128)
     return Result(_classify(rc, stderr), stdout, stderr, rc, wall, chan, isolated)
 
@@ -112,7 +121,7 @@ def _classify(rc: int | None, stderr: str) -> str:
     if tail and tail[0].startswith("MemoryError"):
         return "memory"
     if rc == -signal.SIGKILL:
-        return "memory"         # killed from outside the harness: the kernel's OOM killer
+        return "memory"  # killed from outside the harness: the kernel's OOM killer
     return "runtime_error"
 
 
@@ -129,7 +138,7 @@ def _open_pid1(info: bytes, bwrap_pid: int):
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == bwrap_pid:
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == bwrap_pid:
             return fd
     except (OSError, ValueError, IndexError):
         pass
@@ -164,7 +173,7 @@ def terminate(proc: subprocess.Popen, pidfd) -> None:
                 proc.kill()
                 proc.wait()
         else:
-            _killpg(proc.pid)   # leftovers of the group (its id is not reused while they live)
+            _killpg(proc.pid)  # leftovers of the group (its id is not reused while they live)
     finally:
         if pidfd is not None:
             os.close(pidfd)

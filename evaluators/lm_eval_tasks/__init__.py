@@ -50,17 +50,27 @@ def task_name(bench: str) -> str:
     return f"gspo_{bench}"
 
 
-def task_yaml(bench: str, *, repeats: int = REPEATS, temperature: float = TEMPERATURE,
-              top_p: float = TOP_P, max_gen_toks: int = MAX_GEN_TOKS,
-              data_dir: str | None = None) -> str:
+def task_yaml(
+    bench: str,
+    *,
+    repeats: int = REPEATS,
+    temperature: float = TEMPERATURE,
+    top_p: float = TOP_P,
+    max_gen_toks: int = MAX_GEN_TOKS,
+    data_dir: str | None = None,
+) -> str:
     """The YAML text of the lm-eval task for `bench`."""
     if bench not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {bench!r}; expected one of {list(BENCHMARKS)}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     sampling = temperature > 0
-    gen = ["generation_kwargs:", "  until: []", f"  do_sample: {str(sampling).lower()}",
-           f"  temperature: {float(temperature)}"]
+    gen = [
+        "generation_kwargs:",
+        "  until: []",
+        f"  do_sample: {str(sampling).lower()}",
+        f"  temperature: {float(temperature)}",
+    ]
     if sampling:
         gen.append(f"  top_p: {float(top_p)}")
     gen.append(f"  max_gen_toks: {int(max_gen_toks)}")
@@ -117,11 +127,16 @@ def write_tasks(out_dir, *, benchmarks=BENCHMARKS, **settings) -> pathlib.Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evaluators.lm_eval_tasks",
-                                description="Write gspo_* lm-eval task YAMLs for --include_path.")
+    p = argparse.ArgumentParser(
+        prog="python -m evaluators.lm_eval_tasks",
+        description="Write gspo_* lm-eval task YAMLs for --include_path.",
+    )
     p.add_argument("--out", required=True, help="folder to write the tasks into")
-    p.add_argument("--data-dir", default=None,
-                   help="folder of <bench>_test.jsonl files (default: found at run time)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder of <bench>_test.jsonl files (default: found at run time)",
+    )
     p.add_argument("--benchmarks", default=",".join(BENCHMARKS))
     p.add_argument("--repeats", type=int, default=REPEATS)
     p.add_argument("--temperature", type=float, default=TEMPERATURE)
@@ -133,7 +148,14 @@ def main(argv=None) -> int:
     if bad:
         p.error(f"unknown benchmark {bad[0]!r}; valid: {', '.join(BENCHMARKS)}")
     data_dir = str(pathlib.Path(a.data_dir).resolve()) if a.data_dir else None
-    out = write_tasks(a.out, benchmarks=benches, repeats=a.repeats, temperature=a.temperature,
-                      top_p=a.top_p, max_gen_toks=a.max_gen_toks, data_dir=data_dir)
+    out = write_tasks(
+        a.out,
+        benchmarks=benches,
+        repeats=a.repeats,
+        temperature=a.temperature,
+        top_p=a.top_p,
+        max_gen_toks=a.max_gen_toks,
+        data_dir=data_dir,
+    )
     print(out)
     return 0

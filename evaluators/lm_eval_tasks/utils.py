@@ -44,16 +44,26 @@ def _dataset(bench: str, metadata: dict):
 
     path = data_file(bench, metadata)
     if not path.is_file():
-        raise DataError(f"{path}: file not found (point the task at its data with --metadata "
-                        f"'{{\"data_dir\": \"DIR\"}}' or {DATA_DIR_ENV}=DIR)")
+        raise DataError(
+            f"{path}: file not found (point the task at its data with --metadata "
+            f'\'{{"data_dir": "DIR"}}\' or {DATA_DIR_ENV}=DIR)'
+        )
     records = read_jsonl(path, required=("id", "task", "prompt"))
     rows = []
     for rec in records:
         if rec["task"] != bench:
-            raise DataError(f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}")
+            raise DataError(
+                f"{path}: record {rec['id']!r} has task {rec['task']!r}, expected {bench!r}"
+            )
         target = rec.get("answer", rec.get("solution", ""))
-        rows.append({"id": str(rec["id"]), "prompt": rec["prompt"], "target": str(target),
-                     "record": json.dumps(rec, sort_keys=True)})
+        rows.append(
+            {
+                "id": str(rec["id"]),
+                "prompt": rec["prompt"],
+                "target": str(target),
+                "record": json.dumps(rec, sort_keys=True),
+            }
+        )
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 

@@ -23,8 +23,9 @@ class ConfigError(ValueError):
 
 def option(default, text: str, **kw):
     if isinstance(default, (list, dict)) or dataclasses.is_dataclass(default):
-        return field(default_factory=functools.partial(_copy, default), metadata={"help": text},
-                     **kw)
+        return field(
+            default_factory=functools.partial(_copy, default), metadata={"help": text}, **kw
+        )
     return field(default=default, metadata={"help": text}, **kw)
 
 
@@ -49,6 +50,7 @@ class Refusals(list):
 
 
 # -- loading ------------------------------------------------------------------------------------
+
 
 def _convert(tp, value, name: str):
     origin = typing.get_origin(tp)
@@ -96,7 +98,9 @@ def from_dict(cls, data: dict, prefix: str = ""):
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(known))})")
+        raise ConfigError(
+            f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(known))})"
+        )
     kwargs = {k: _convert(hints[k], v, prefix + k) for k, v in data.items()}
     try:
         return cls(**kwargs)
@@ -149,7 +153,6 @@ def describe(cls) -> list[tuple[str, str, object, str]]:
     """(name, type, default, help) of each field: the source of the docs' config reference."""
     out = []
     for f in dataclasses.fields(cls):
-        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
-                   else f.default)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         out.append((f.name, str(f.type), default, f.metadata.get("help", "")))
     return out

@@ -40,6 +40,7 @@ DEFAULT_LOG_RATIO_CLAMP = 20.0
 class Hyper:
     """What a surrogate may read: the clip range and the log-ratio clamp; SAPO's temperatures
     for positive and negative advantages."""
+
     eps_low: float
     eps_high: float
     clamp: float = DEFAULT_LOG_RATIO_CLAMP
@@ -47,17 +48,20 @@ class Hyper:
     tau_neg: float = 1.05
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: str = "std",
-                     eps: float = 1e-6) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, *, scale: str = "std", eps: float = 1e-6
+) -> torch.Tensor:
     """(r - group mean) / (group std + eps), per group of `group_size` adjacent rewards.
 
     rewards: (B,) with B = num_groups * group_size. `scale="std"` uses the unbiased std (as verl);
     `scale="none"` only centres. A group whose rewards are all equal gets advantage 0.
     """
     if rewards.dim() != 1 or rewards.numel() % group_size:
-        raise ValueError(f"rewards must be (B,) with B a multiple of group_size={group_size}, "
-                         f"got shape {tuple(rewards.shape)}")
-    r = rewards.float().view(-1, group_size)              # (num_groups, G)
+        raise ValueError(
+            f"rewards must be (B,) with B a multiple of group_size={group_size}, "
+            f"got shape {tuple(rewards.shape)}"
+        )
+    r = rewards.float().view(-1, group_size)  # (num_groups, G)
     centred = r - r.mean(dim=1, keepdim=True)
     if scale == "none":
         return centred.view(-1)
@@ -65,7 +69,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: str = "st
         raise ValueError(f"scale must be 'std' or 'none', got {scale!r}")
     if group_size < 2:
         raise ValueError("scale='std' needs group_size >= 2 (the std of one sample is undefined)")
-    std = r.std(dim=1, keepdim=True)                       # unbiased
+    std = r.std(dim=1, keepdim=True)  # unbiased
     # An all-equal group is exactly 0 (not 0/eps noise), whatever eps is.
     return torch.where(std > 0, centred / (std + eps), torch.zeros_like(centred)).view(-1)
 
@@ -86,6 +90,7 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # (B, T) bool: where the clip acted on the term, the ratios for the metrics: per token, or per
 # non-empty sequence).
 
+
 def _clip(ratio, adv, valid, hp: Hyper):
     """PPO's pessimistic clip; a term is clipped where the clipped branch is the one min()
     selects and differs from the unclipped one."""
@@ -96,13 +101,13 @@ def _clip(ratio, adv, valid, hp: Hyper):
 
 def token_clip(log_ratio, logp, adv, valid, lengths, hp: Hyper):
     """GRPO (Shao et al. 2024), DAPO, Dr. GRPO: the token ratio w_it, clipped per token."""
-    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))                 # (B, T)
+    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))  # (B, T)
     obj, clipped = _clip(ratio, adv, valid, hp)
     return obj, clipped, ratio.detach()[valid]
 
 
 def _sequence_log_ratio(log_ratio, lengths, hp: Hyper) -> torch.Tensor:
-    return (log_ratio.sum(dim=1) / lengths).clamp(-hp.clamp, hp.clamp)      # (B,)
+    return (log_ratio.sum(dim=1) / lengths).clamp(-hp.clamp, hp.clamp)  # (B,)
 
 
 def sequence_clip(log_ratio, logp, adv, valid, lengths, hp: Hyper):
@@ -126,7 +131,7 @@ def cispo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
     """CISPO (MiniMax-M1, arXiv 2506.13585, eq. 4): sg[clip(w_it, 1 - lo, 1 + hi)] A logp_it.
     The clipped weight only scales each token's gradient: no token drops out of the update, as
     the ones PPO's clip zeroes do. Clipped: where the weight differs from the ratio."""
-    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))                 # (B, T)
+    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))  # (B, T)
     weight = ratio.clamp(1.0 - hp.eps_low, 1.0 + hp.eps_high).detach()
     return weight * adv * logp, (weight != ratio.detach()) & valid, ratio.detach()[valid]
 
@@ -139,9 +144,9 @@ def gmpo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
     B, T = log_ratio.shape
     sgn = torch.sign(adv)
     bounded = log_ratio.clamp(-hp.eps_low, hp.eps_high)
-    pessimistic = sgn * torch.minimum(sgn * log_ratio, sgn * bounded)      # (B, T)
+    pessimistic = sgn * torch.minimum(sgn * log_ratio, sgn * bounded)  # (B, T)
     rho = torch.exp(_sequence_log_ratio(torch.where(valid, pessimistic, 0.0), lengths, hp))
-    a = torch.where(valid, adv, 0.0).sum(dim=1) / lengths                  # (B,)
+    a = torch.where(valid, adv, 0.0).sum(dim=1) / lengths  # (B,)
     clipped = (sgn * bounded < sgn * log_ratio) & valid
     return (a * rho)[:, None].expand(B, T), clipped, rho.detach()[valid.any(dim=1)]
 
@@ -151,9 +156,12 @@ def sapo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
     sigmoid(tau (w - 1)), tau_pos for A > 0, tau_neg otherwise: the gradient 4 s (1 - s) fades
     smoothly off-policy (1 at w = 1) instead of dropping to 0 at a clip edge. Nothing is
     clipped."""
-    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))                 # (B, T)
-    tau = torch.where(adv > 0, torch.tensor(hp.tau_pos, dtype=ratio.dtype),
-                      torch.tensor(hp.tau_neg, dtype=ratio.dtype))        # (B, T)
+    ratio = torch.exp(log_ratio.clamp(-hp.clamp, hp.clamp))  # (B, T)
+    tau = torch.where(
+        adv > 0,
+        torch.tensor(hp.tau_pos, dtype=ratio.dtype),
+        torch.tensor(hp.tau_neg, dtype=ratio.dtype),
+    )  # (B, T)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
     return gate * adv, torch.zeros_like(valid), ratio.detach()[valid]
 
@@ -161,36 +169,52 @@ def sapo(log_ratio, logp, adv, valid, lengths, hp: Hyper):
 @dataclasses.dataclass(frozen=True)
 class Objective:
     """One objective: its surrogate and its paper's defaults (the config's when unset)."""
+
     surrogate: Callable
-    eps: tuple[float, float]           # (eps_low, eps_high); GMPO's in log space
+    eps: tuple[float, float]  # (eps_low, eps_high); GMPO's in log space
     agg: str = "seq-mean-token-mean"
     adv_scale: str = "std"
-    clipped: bool = True               # False: eps_low / eps_high do not apply (SAPO)
-    per_token_adv: bool = True         # False: the surrogate needs one advantage per sequence
-    mask_truncated: bool = False       # DAPO's overlong filtering: no loss on truncated responses
-    overlong_fraction: float = 0.0     # DAPO's soft overlong punishment over this share of the
-                                       # longest response (its paper: 4096 of 20480)
-    dynamic_sampling: bool = False     # DAPO's: only groups whose rewards differ (gspo.native.shaping)
+    clipped: bool = True  # False: eps_low / eps_high do not apply (SAPO)
+    per_token_adv: bool = True  # False: the surrogate needs one advantage per sequence
+    mask_truncated: bool = False  # DAPO's overlong filtering: no loss on truncated responses
+    overlong_fraction: float = 0.0  # DAPO's soft overlong punishment over this share of the
+    # longest response (its paper: 4096 of 20480)
+    dynamic_sampling: bool = False  # DAPO's: only groups whose rewards differ (gspo.native.shaping)
     # The engines' names for it ("": that engine has none, and refuses it):
-    trl: str = ""        # TRL 1.16: "token" / "sequence" (its importance_sampling_level, the
-                         # loss_type from `agg`) or a loss_type of its own ("cispo", "sapo")
-    verl: str = ""       # verl 0.9.1: its actor.policy_loss.loss_mode
+    trl: str = ""  # TRL 1.16: "token" / "sequence" (its importance_sampling_level, the
+    # loss_type from `agg`) or a loss_type of its own ("cispo", "sapo")
+    verl: str = ""  # verl 0.9.1: its actor.policy_loss.loss_mode
 
 
 OBJECTIVES: dict[str, Objective] = {
     # GRPO's clip range as the GSPO paper's tuned baseline (section 5.1)
     "grpo": Objective(token_clip, (0.2, 0.27), trl="token", verl="vanilla"),
-    "gspo": Objective(sequence_clip, (3e-4, 4e-4), per_token_adv=False, trl="sequence",
-                      verl="gspo"),
+    "gspo": Objective(
+        sequence_clip, (3e-4, 4e-4), per_token_adv=False, trl="sequence", verl="gspo"
+    ),
     # verl's gspo is written as GSPO-token (equal to GSPO with one advantage per sequence)
     "gspo_token": Objective(sequence_token_clip, (3e-4, 4e-4), verl="gspo"),
     # DAPO (Yu et al. 2025, arXiv 2503.14476, section 3.1 clip-higher, 3.3 token-level loss)
-    "dapo": Objective(token_clip, (0.2, 0.28), agg="token-mean", mask_truncated=True,
-                      overlong_fraction=0.2, dynamic_sampling=True, trl="token", verl="vanilla"),
+    "dapo": Objective(
+        token_clip,
+        (0.2, 0.28),
+        agg="token-mean",
+        mask_truncated=True,
+        overlong_fraction=0.2,
+        dynamic_sampling=True,
+        trl="token",
+        verl="vanilla",
+    ),
     # Dr. GRPO (Liu et al. 2025, arXiv 2503.20783, section 3.1): no std scaling, no per-sequence
     # length normalisation (a constant, the longest response, in its place)
-    "dr_grpo": Objective(token_clip, (0.2, 0.2), agg="seq-mean-token-sum-norm", adv_scale="none",
-                         trl="token", verl="vanilla"),
+    "dr_grpo": Objective(
+        token_clip,
+        (0.2, 0.2),
+        agg="seq-mean-token-sum-norm",
+        adv_scale="none",
+        trl="token",
+        verl="vanilla",
+    ),
     # CISPO: no lower bound; the upper one ScaleRL's (arXiv 2510.13786) eps_max = 5, i.e. 1 + 4
     "cispo": Objective(cispo, (1.0, 4.0), agg="token-mean", trl="cispo", verl="cispo"),
     # GMPO: clip range (e^-0.4, e^0.4) on the token ratio (section 4)
@@ -203,8 +227,14 @@ DEFAULT_EPS = {name: o.eps for name, o in OBJECTIVES.items()}
 CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
-def rollout_correction(old_logp: torch.Tensor, engine_logp: torch.Tensor, mask: torch.Tensor,
-                       mode: str, c_min: float = 0.0, c_max: float = 3.0) -> torch.Tensor:
+def rollout_correction(
+    old_logp: torch.Tensor,
+    engine_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    c_min: float = 0.0,
+    c_max: float = 3.0,
+) -> torch.Tensor:
     """Rollout correction: the importance weight pi_old / pi_engine of each token, (B, T), no
     gradient, that multiplies each token's loss, since the engine that sampled computes the
     policy a little differently from the trainer (Yao et al. 2025, "Your efficient RL framework
@@ -214,12 +244,15 @@ def rollout_correction(old_logp: torch.Tensor, engine_logp: torch.Tensor, mask: 
     if mode not in CORRECTIONS[1:]:
         raise ValueError(f"mode must be one of {CORRECTIONS[1:]}, got {mode!r}")
     valid = mask > 0
-    diff = torch.where(valid, old_logp - engine_logp, torch.zeros_like(old_logp))   # (B, T)
+    diff = torch.where(valid, old_logp - engine_logp, torch.zeros_like(old_logp))  # (B, T)
     if mode.startswith("sequence"):
         diff = diff.sum(dim=1, keepdim=True).expand_as(diff)
     w = torch.exp(diff)
-    w = (w.clamp(min=c_min, max=c_max) if mode.endswith("truncate")
-         else w.masked_fill((w < c_min) | (w > c_max), 0.0))
+    w = (
+        w.clamp(min=c_min, max=c_max)
+        if mode.endswith("truncate")
+        else w.masked_fill((w < c_min) | (w > c_max), 0.0)
+    )
     return torch.where(valid, w, torch.zeros_like(w)).detach()
 
 
@@ -229,14 +262,24 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int) -> torch.
     return ((max_len - buffer - lengths.double()) / buffer).clamp(-1.0, 0.0)
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, *, objective: str, eps_low: float = 0.0,
-                eps_high: float = 0.0, agg: str = "seq-mean-token-mean",
-                log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP, tau_pos: float = 1.0,
-                tau_neg: float = 1.05, norm_len: int = 0,
-                is_weights: torch.Tensor | None = None,
-                ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0
-                ) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    objective: str,
+    eps_low: float = 0.0,
+    eps_high: float = 0.0,
+    agg: str = "seq-mean-token-mean",
+    log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    norm_len: int = 0,
+    is_weights: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of `objective` (a name in OBJECTIVES) on one batch.
 
     logp, old_logp, mask: (B, T); advantages: (B,) per sequence or (B, T) per token (not for
@@ -258,16 +301,20 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if advantages.dim() == 2 and not obj.per_token_adv:
         raise ValueError(f"{objective} needs per-sequence advantages of shape (B,)")
     B, T = logp.shape
-    valid = mask > 0                                               # (B, T)
+    valid = mask > 0  # (B, T)
     m = valid.to(logp.dtype)
-    lengths = m.sum(dim=1).clamp(min=1)                            # (B,)
+    lengths = m.sum(dim=1).clamp(min=1)  # (B,)
     # where() rather than multiply: whatever sits in padding (even inf/nan) never leaks in.
-    log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))   # (B, T)
-    adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1       # (B, T)
-           else advantages).to(logp.dtype)
+    log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))  # (B, T)
+    adv = (
+        advantages[:, None].expand(B, T)
+        if advantages.dim() == 1  # (B, T)
+        else advantages
+    ).to(logp.dtype)
     hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
-    objective_t, is_clipped, ratios = obj.surrogate(log_ratio, torch.where(valid, logp, 0.0),
-                                                    adv, valid, lengths, hp)
+    objective_t, is_clipped, ratios = obj.surrogate(
+        log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp
+    )
     per_token = -objective_t
     if is_weights is not None:
         per_token = per_token * is_weights
@@ -275,7 +322,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     kl_ref = None
     if ref_logp is not None and kl_coef != 0.0:
         d = torch.where(valid, ref_logp - logp, torch.zeros_like(logp)).clamp(-hp.clamp, hp.clamp)
-        kl_ref = torch.exp(d) - d - 1.0                            # (B, T), k3, >= 0
+        kl_ref = torch.exp(d) - d - 1.0  # (B, T), k3, >= 0
         per_token = per_token + kl_coef * kl_ref
     per_token = torch.where(valid, per_token, torch.zeros_like(per_token))
 
@@ -285,24 +332,35 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     return loss, metrics
 
 
-def sample_stats(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                 mask: torch.Tensor, *, objective: str, eps_low: float = 0.0,
-                 eps_high: float = 0.0, log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
-                 tau_pos: float = 1.0, tau_neg: float = 1.05) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_stats(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    objective: str,
+    eps_low: float = 0.0,
+    eps_high: float = 0.0,
+    log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """What `objective`'s surrogate makes of each sequence, for reading samples (no gradient):
     its sequence ratio s_i = exp(mean_t log w_it) (B,), and the share of its tokens whose term
     the clip acted on (B,). logp, old_logp, mask: (B, T); advantages (B,) or (B, T)."""
     with torch.no_grad():
         B, T = logp.shape
-        valid = mask > 0                                                     # (B, T)
-        lengths = valid.to(logp.dtype).sum(dim=1).clamp(min=1)              # (B,)
+        valid = mask > 0  # (B, T)
+        lengths = valid.to(logp.dtype).sum(dim=1).clamp(min=1)  # (B,)
         log_ratio = torch.where(valid, logp - old_logp, torch.zeros_like(logp))
-        adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1
-               else advantages).to(logp.dtype)                               # (B, T)
+        adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1 else advantages).to(
+            logp.dtype
+        )  # (B, T)
         hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
         _, clipped, _ = OBJECTIVES[objective].surrogate(
-            log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp)
-        ratio = torch.exp(_sequence_log_ratio(log_ratio, lengths, hp))      # (B,)
+            log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp
+        )
+        ratio = torch.exp(_sequence_log_ratio(log_ratio, lengths, hp))  # (B,)
         return ratio, clipped.to(logp.dtype).sum(dim=1) / lengths
 
 
@@ -314,8 +372,10 @@ def _check(logp, old_logp, mask, objective: str, agg: str, norm_len: int) -> Non
     if agg == "seq-mean-token-sum-norm" and norm_len < 1:
         raise ValueError("agg 'seq-mean-token-sum-norm' needs norm_len >= 1 (the constant length)")
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
-        raise ValueError(f"logp, old_logp and mask must share a (B, T) shape, got "
-                         f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            f"logp, old_logp and mask must share a (B, T) shape, got "
+            f"{tuple(logp.shape)}, {tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
 
 
 def _aggregate(per_token, m, lengths, agg: str, norm_len: int = 0) -> torch.Tensor:

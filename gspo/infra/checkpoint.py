@@ -22,19 +22,32 @@ from gspo.errors import TrainingError
 from gspo.infra.provenance import git_commit, version  # noqa: F401  (git_commit: part of this module's API)
 from gspo.io import atomic_dir, write_json
 
-STATE = "trainer_state.pt"    # written last: a checkpoint folder holding it is complete
-OPTIM = "optimizer"           # the optimizer state, a Distributed Checkpoint folder
-META = "checkpoint.json"      # {stage, step, compute_flops}: readable without loading the state
+STATE = "trainer_state.pt"  # written last: a checkpoint folder holding it is complete
+OPTIM = "optimizer"  # the optimizer state, a Distributed Checkpoint folder
+META = "checkpoint.json"  # {stage, step, compute_flops}: readable without loading the state
 LINEAGE = "lineage.json"
 # What a run leaves in its folder; wiped when its lineage changes (mlflow_run.json is not: the
 # caller first supersedes the MLflow run it names).
-RUN_STATE = ("checkpoints", "metrics.jsonl", "model", "summary.json", "run_info.json",
-             "trl")    # trl: TRL's own checkpoints (gspo.engines.trl.rl)
+RUN_STATE = (
+    "checkpoints",
+    "metrics.jsonl",
+    "model",
+    "summary.json",
+    "run_info.json",
+    "trl",
+)  # trl: TRL's own checkpoints (gspo.engines.trl.rl)
 
 
-def save_checkpoint(ckpt_root, step: int, model, tokenizer, state: dict,
-                    meta: dict | None = None, weights: dict | None = None,
-                    precision: str = "float32") -> pathlib.Path:
+def save_checkpoint(
+    ckpt_root,
+    step: int,
+    model,
+    tokenizer,
+    state: dict,
+    meta: dict | None = None,
+    weights: dict | None = None,
+    precision: str = "float32",
+) -> pathlib.Path:
     """Write `ckpt_root/step_{step:06d}/` (HF model dir + trainer state + META) via a temp dir +
     rename. `weights`: the full state dict to write when `model` itself is sharded."""
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
@@ -53,10 +66,12 @@ def save_model_files(model, folder, weights: dict | None, precision: str) -> Non
     masters an exact resume needs go into the RL checkpoint's Distributed Checkpoint, sharded."""
     dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
     if dtype != torch.float32:
-        weights = {k: v.to(dtype) if v.is_floating_point() else v
-                   for k, v in (model.state_dict() if weights is None else weights).items()}
+        weights = {
+            k: v.to(dtype) if v.is_floating_point() else v
+            for k, v in (model.state_dict() if weights is None else weights).items()
+        }
     model.save_pretrained(folder, safe_serialization=True, state_dict=untied(model, weights))
-    conf = pathlib.Path(folder) / "config.json"   # save_pretrained names the parameters' dtype
+    conf = pathlib.Path(folder) / "config.json"  # save_pretrained names the parameters' dtype
     write_json(conf, {**json.loads(conf.read_text()), "dtype": str(dtype).split(".")[1]})
 
 
@@ -94,8 +109,9 @@ def prune_checkpoints(ckpt_root, keep_last: int, keep_steps=()) -> list[pathlib.
     removed = [p for p in root.glob(".step_*") if p.is_dir()] if root.is_dir() else []
     if keep_last > 0:
         kept = set(keep_steps)
-        removed += [p for p in list_checkpoints(root)[:-keep_last]
-                    if int(p.name.split("_")[1]) not in kept]
+        removed += [
+            p for p in list_checkpoints(root)[:-keep_last] if int(p.name.split("_")[1]) not in kept
+        ]
     for p in removed:
         shutil.rmtree(p, ignore_errors=True)
     return removed
@@ -139,8 +155,12 @@ def run_info(cfg_dict: dict, data_hashes: dict[str, str], **extra) -> dict:
         "seed": cfg_dict.get("seed"),
         "git_commit": git_commit(),
         "data_hashes": data_hashes,
-        "versions": {"gspo-bench": version(), "python": platform.python_version(),
-                     "torch": torch.__version__, "transformers": transformers.__version__},
+        "versions": {
+            "gspo-bench": version(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
         "command": " ".join(sys.argv),
         **extra,
     }
@@ -202,7 +222,8 @@ def check_same_run(info_path: pathlib.Path, cfg_dict: dict) -> None:
     if diff:
         raise TrainingError(
             f"{info_path.parent}: its checkpoints come from a different config (field "
-            f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false")
+            f"{diff[0]!r} differs); use another out_dir, delete the folder, or set resume: false"
+        )
 
 
 @contextlib.contextmanager
@@ -224,8 +245,10 @@ def signals_deferred():
         yield
         return
     got: list[int] = []
-    old = {s: signal.signal(s, lambda signum, frame: got.append(signum))
-           for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {
+        s: signal.signal(s, lambda signum, frame: got.append(signum))
+        for s in (signal.SIGTERM, signal.SIGINT)
+    }
     try:
         yield
     finally:
@@ -235,8 +258,17 @@ def signals_deferred():
             signal.raise_signal(got[0])
 
 
-def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, state: dict,
-                       meta: dict, precision: str = "float32") -> pathlib.Path:
+def save_rl_checkpoint(
+    ckpt_root,
+    step: int,
+    policy,
+    tokenizer,
+    opt,
+    world,
+    state: dict,
+    meta: dict,
+    precision: str = "float32",
+) -> pathlib.Path:
     """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files in its compute precision
     (save_model_files; full tensors, sharded gathered on rank 0 in CPU memory: what evaluation
     and vLLM load), the optimizer state (and with bf16 files the fp32 master weights) as a
@@ -246,8 +278,17 @@ def save_rl_checkpoint(ckpt_root, step: int, policy, tokenizer, opt, world, stat
     place, so a checkpoint is complete or absent (a killed run's temp folder is pruned). A stop
     signal arriving meanwhile takes effect once it is written (signals_deferred)."""
     with signals_deferred():
-        return _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world,
-                                   {**state, "masters": precision != "float32"}, meta, precision)
+        return _save_rl_checkpoint(
+            ckpt_root,
+            step,
+            policy,
+            tokenizer,
+            opt,
+            world,
+            {**state, "masters": precision != "float32"},
+            meta,
+            precision,
+        )
 
 
 def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta, precision):
@@ -260,15 +301,18 @@ def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, m
     from gspo.infra import distributed as dist
 
     final = pathlib.Path(ckpt_root) / f"step_{step:06d}"
-    tmp = final.parent / f".{final.name}.partial"          # the same name on every rank
+    tmp = final.parent / f".{final.name}.partial"  # the same name on every rank
     if world.main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier(world)
     with _single_process_is_meant():
         masters = {"model": get_model_state_dict(policy)} if state["masters"] else {}
-        dcp.save({"optimizer": get_optimizer_state_dict(policy, opt), **masters},
-                 checkpoint_id=tmp / OPTIM, no_dist=not world.distributed)
+        dcp.save(
+            {"optimizer": get_optimizer_state_dict(policy, opt), **masters},
+            checkpoint_id=tmp / OPTIM,
+            no_dist=not world.distributed,
+        )
     weights = dist.full_state_dict(policy, world, rank0_only=True) if world.distributed else None
     if world.main:
         save_model_files(policy, tmp, weights, precision)
@@ -302,8 +346,9 @@ def load_training_state(policy, opt, ckpt_dir: pathlib.Path, st: dict) -> None:
     if st.get("masters"):
         state["model"] = get_model_state_dict(policy)
     with _single_process_is_meant():
-        dcp.load(state, checkpoint_id=ckpt_dir / OPTIM,
-                 no_dist=not torch.distributed.is_initialized())
+        dcp.load(
+            state, checkpoint_id=ckpt_dir / OPTIM, no_dist=not torch.distributed.is_initialized()
+        )
     if st.get("masters"):
         set_model_state_dict(policy, state["model"])
     set_optimizer_state_dict(policy, opt, state["optimizer"])

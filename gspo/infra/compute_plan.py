@@ -30,18 +30,18 @@ import dataclasses
 
 from gspo.infra.memory_plan import GIB, Shape
 
-TRAIN_MFU = 0.4          # model FLOPs utilisation of training passes (FSDP2, bf16): an assumption
-RESPONSE_FILL = 0.5      # mean response length / max_new_tokens: an assumption
-SFT_FILL = 0.5           # mean SFT record length / max_len: an assumption
-PROMPT_TOKENS = 1024     # a prompt (pipeline.memory_plan's --prompt-tokens default)
+TRAIN_MFU = 0.4  # model FLOPs utilisation of training passes (FSDP2, bf16): an assumption
+RESPONSE_FILL = 0.5  # mean response length / max_new_tokens: an assumption
+SFT_FILL = 0.5  # mean SFT record length / max_len: an assumption
+PROMPT_TOKENS = 1024  # a prompt (pipeline.memory_plan's --prompt-tokens default)
 
 
 @dataclasses.dataclass(frozen=True)
 class GPU:
     name: str = "H100"
-    peak_flops: float = 989e12       # dense bf16 FLOP/s
-    mem_bw: float = 3.35e12          # HBM bytes/s
-    gib: float = 79.6                # memory as torch reports it
+    peak_flops: float = 989e12  # dense bf16 FLOP/s
+    mem_bw: float = 3.35e12  # HBM bytes/s
+    gib: float = 79.6  # memory as torch reports it
 
 
 # seconds per unit of work on a CPU (module doc): "start" per job, "sft" per trained sequence,
@@ -50,8 +50,16 @@ class GPU:
 # "report" per job. Measured on the default run: SFT 52 s for 400 x 32 sequences; RL 30 s for
 # 32 x 64 responses of up to 128 tokens; an evaluation 9.6 s for 2400 math samples of up to 64
 # tokens and 9.3 s for 480 code samples of up to 128; track 4-9 s, aggregate 4 s, report 17 s.
-CPU_RATES = {"start": 8.0, "sft": 4.1e-3, "rl": 1.15e-4, "eval": 6.3e-5,
-             "eval_sandboxed": 1.5e-4, "track": 6.0, "aggregate": 4.0, "report": 17.0}
+CPU_RATES = {
+    "start": 8.0,
+    "sft": 4.1e-3,
+    "rl": 1.15e-4,
+    "eval": 6.3e-5,
+    "eval_sandboxed": 1.5e-4,
+    "track": 6.0,
+    "aggregate": 4.0,
+    "report": 17.0,
+}
 
 
 def active_params(shape: Shape) -> int:
@@ -59,8 +67,11 @@ def active_params(shape: Shape) -> int:
     top-k experts and the router) and the LM head; not the embedding lookup."""
     h, d = shape.hidden, shape.head_dim
     attn = h * shape.heads * d + 2 * h * shape.kv_heads * d + shape.heads * d * h
-    mlp = (shape.top_k * 3 * h * shape.moe_intermediate + h * shape.experts if shape.experts
-           else 3 * h * shape.intermediate)
+    mlp = (
+        shape.top_k * 3 * h * shape.moe_intermediate + h * shape.experts
+        if shape.experts
+        else 3 * h * shape.intermediate
+    )
     return shape.layers * (attn + mlp) + shape.vocab * h
 
 
@@ -89,20 +100,31 @@ def sft_gpu_seconds(shape: Shape, gpu: GPU, *, steps: int, batch_size: int, max_
     return train_seconds(shape, gpu, steps * batch_size * length, length, 3)
 
 
-def rl_gpu_seconds(shape: Shape, gpu: GPU, *, steps: int, prompts: int, group: int,
-                   max_new: int, minibatches: int, epochs: int, recompute: bool,
-                   share: float) -> dict[str, float]:
+def rl_gpu_seconds(
+    shape: Shape,
+    gpu: GPU,
+    *,
+    steps: int,
+    prompts: int,
+    group: int,
+    max_new: int,
+    minibatches: int,
+    epochs: int,
+    recompute: bool,
+    share: float,
+) -> dict[str, float]:
     """{"rollout", "train"} GPU-seconds of one RL run."""
     sequences = steps * prompts * group
     response = RESPONSE_FILL * max_new
     length = PROMPT_TOKENS + response
     old_pass = (1 - 1 / minibatches) if recompute else 0.0
-    return {"rollout": decode_seconds(shape, gpu, sequences * response, length, share),
-            "train": train_seconds(shape, gpu, sequences * length, length, old_pass + 3 * epochs)}
+    return {
+        "rollout": decode_seconds(shape, gpu, sequences * response, length, share),
+        "train": train_seconds(shape, gpu, sequences * length, length, old_pass + 3 * epochs),
+    }
 
 
-def eval_gpu_seconds(shape: Shape, gpu: GPU, *, samples: int, max_new: int,
-                     share: float) -> float:
+def eval_gpu_seconds(shape: Shape, gpu: GPU, *, samples: int, max_new: int, share: float) -> float:
     """GPU-seconds of `samples` sampled answers of up to `max_new` tokens."""
     response = RESPONSE_FILL * max_new
     return decode_seconds(shape, gpu, samples * response, PROMPT_TOKENS + response, share)

@@ -37,8 +37,8 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
-    device: str = "cpu"     # where the backend's collectives take tensors: cuda:<local rank> (nccl)
-    collectives: bool = False   # a process group even for a world of one (GSPO_COLLECTIVES=1)
+    device: str = "cpu"  # where the backend's collectives take tensors: cuda:<local rank> (nccl)
+    collectives: bool = False  # a process group even for a world of one (GSPO_COLLECTIVES=1)
 
     @property
     def main(self) -> bool:
@@ -62,8 +62,7 @@ def init(device: str = "cpu") -> World:
     if world.distributed and not dist.is_initialized():
         if cuda:
             torch.cuda.set_device(world.local_rank)
-        dist.init_process_group("nccl" if cuda else "gloo",
-                                timeout=datetime.timedelta(minutes=30))
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(minutes=30))
     return world
 
 
@@ -92,8 +91,10 @@ def all_reduce(t: torch.Tensor, world: World, op: str = "sum") -> torch.Tensor:
     returned for chaining."""
     if world.distributed:
         buf = on_collective_device(t, world)
-        dist.all_reduce(buf, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                                 "min": dist.ReduceOp.MIN}[op])
+        dist.all_reduce(
+            buf,
+            op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op],
+        )
         if buf is not t:
             t.copy_(buf)
     return t
@@ -145,7 +146,7 @@ def node_shared_folder(world: World, write, read) -> None:
     if world.local_rank == 0:
         try:
             folder = write()
-        except Exception as e:          # noqa: BLE001 - reported on every rank below
+        except Exception as e:  # noqa: BLE001 - reported on every rank below
             err = f"{type(e).__name__}: {e}"
     told = gather_objects([(None if folder is None else str(folder), err)], world)
     path, err = told[world.rank - world.local_rank]
@@ -154,9 +155,9 @@ def node_shared_folder(world: World, write, read) -> None:
     else:
         try:
             read(path)
-        except Exception as e:          # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
             err = f"rank {world.rank}: {type(e).__name__}: {e}"
-    errors = [e for e in gather_objects([err], world) if e]    # every rank has read it
+    errors = [e for e in gather_objects([err], world) if e]  # every rank has read it
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
     if errors:
@@ -176,8 +177,11 @@ def shard(model, world: World, precision: str = "float32"):
         return model
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-          if precision == "bfloat16" else MixedPrecisionPolicy())
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if precision == "bfloat16"
+        else MixedPrecisionPolicy()
+    )
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
@@ -216,14 +220,15 @@ def load_sharded(path, world: World, device: str, precision: str = "float32", pr
     model, tok = load_model(path, weights=world.main)
     if prepare is not None:
         prepare(model)
-    full = model.state_dict() if world.main else {}    # keeps rank 0's host copy past sharding
+    full = model.state_dict() if world.main else {}  # keeps rank 0's host copy past sharding
     shard(model, world, precision)
     if world.main:
         model.to(device)
     else:
         model.to_empty(device=device)
-    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
-                                                               broadcast_from_rank0=True))
+    set_model_state_dict(
+        model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
     del full
     for buf in model.buffers():
         broadcast(buf, world)
@@ -265,8 +270,14 @@ def clip_grad_norm(params: list, max_norm: float, world: World) -> float:
     return total
 
 
-def full_state_dict(model, world: World, *, rank0_only: bool = False,
-                    dtype: torch.dtype | None = None, keep: bool = True) -> dict[str, torch.Tensor]:
+def full_state_dict(
+    model,
+    world: World,
+    *,
+    rank0_only: bool = False,
+    dtype: torch.dtype | None = None,
+    keep: bool = True,
+) -> dict[str, torch.Tensor]:
     """The whole model's parameters and buffers as plain tensors, on every rank (to sync a
     rollout engine), or with rank0_only on rank 0 alone (to publish the model or score it; the
     other ranks get an empty dict). Every rank must call it when sharded; a rank that passes
@@ -283,13 +294,14 @@ def full_state_dict(model, world: World, *, rank0_only: bool = False,
     if rank0_only:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                    cpu_offload=True))
+        return get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
     from torch.distributed.tensor import DTensor
 
     out = {}
     for name, t in model.state_dict().items():
-        full = t.full_tensor() if isinstance(t, DTensor) else t        # collective, one tensor
+        full = t.full_tensor() if isinstance(t, DTensor) else t  # collective, one tensor
         cast = dtype if dtype is not None and full.is_floating_point() else full.dtype
         if keep:
             out[name] = full.detach().to(device="cpu", dtype=cast)

@@ -14,23 +14,30 @@ from __future__ import annotations
 import torch
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of `tokens` under softmax(logits / temperature), and the distribution's entropy.
 
     logits: (B, T, V) predicting tokens: (B, T). Returns (logp, entropy), both (B, T).
     """
     logits = logits.float() / temperature
-    logz = torch.logsumexp(logits, dim=-1)                          # (B, T)
+    logz = torch.logsumexp(logits, dim=-1)  # (B, T)
     logp = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - logz
     probs = torch.softmax(logits, dim=-1)
     entropy = logz - (probs * logits).sum(dim=-1)
     return logp, entropy
 
 
-def chunked_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor,
-                           temperature: float = 1.0, *, chunk: int,
-                           bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def chunked_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    tokens: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    chunk: int,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """token_logprobs of the logits `hidden @ weight.T + bias`, `chunk` positions at a time.
 
     hidden: (B, T, H) final hidden states, weight: (V, H) the LM head, tokens: (B, T). Returns
@@ -45,22 +52,25 @@ def chunked_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: t
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     B, T, H = hidden.shape
-    h = hidden.reshape(B * T, H)                                    # (N, H)
-    t = tokens.reshape(B * T)                                       # (N,)
+    h = hidden.reshape(B * T, H)  # (N, H)
+    t = tokens.reshape(B * T)  # (N,)
     grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     lps, ents = [], []
     for i in range(0, B * T, chunk):
-        args = (h[i:i + chunk], weight, bias, t[i:i + chunk], temperature)
-        lp, ent = (checkpoint(_chunk_logprobs, *args, use_reentrant=False) if grad
-                   else _chunk_logprobs(*args))
+        args = (h[i : i + chunk], weight, bias, t[i : i + chunk], temperature)
+        lp, ent = (
+            checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+            if grad
+            else _chunk_logprobs(*args)
+        )
         lps.append(lp)
         ents.append(ent)
     return torch.cat(lps).view(B, T), torch.cat(ents).view(B, T)
 
 
 def _chunk_logprobs(h, weight, bias, t, temperature: float):
-    logits = torch.nn.functional.linear(h, weight, bias)            # (n, V)
-    lp, ent = token_logprobs(logits[None], t[None], temperature)     # (1, n) each
+    logits = torch.nn.functional.linear(h, weight, bias)  # (n, V)
+    lp, ent = token_logprobs(logits[None], t[None], temperature)  # (1, n) each
     return lp[0], ent[0]
 
 
@@ -77,15 +87,18 @@ def causal_only(attention_mask: torch.Tensor) -> torch.Tensor | None:
 def head_logprobs(model, input_ids, attention_mask, temperature: float, chunk: int):
     """(log-probs, entropy), each (B, L-1): the decoder's hidden states through the LM head,
     `chunk` positions at a time (chunked_token_logprobs)."""
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                                 use_cache=False).last_hidden_state[:, :-1]   # (B, L-1, H)
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+    ).last_hidden_state[:, :-1]  # (B, L-1, H)
     head = model.get_output_embeddings()
-    return chunked_token_logprobs(hidden, head.weight, input_ids[:, 1:], temperature,
-                                  chunk=chunk, bias=head.bias)
+    return chunked_token_logprobs(
+        hidden, head.weight, input_ids[:, 1:], temperature, chunk=chunk, bias=head.bias
+    )
 
 
-def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False,
-                      chunk: int = 0):
+def sequence_logprobs(
+    model, batch: dict, temperature: float = 1.0, *, with_entropy: bool = False, chunk: int = 0
+):
     """Per-target log-probs (B, L-1) under softmax(logits / temperature), optionally entropy.
 
     chunk > 0: from the decoder's hidden states through the LM head, `chunk` positions at a
@@ -98,11 +111,14 @@ def sequence_logprobs(model, batch: dict, temperature: float = 1.0, *, with_entr
         # Sharded, this must run as a forward of the root FSDP module (gspo.infra.distributed.shard
         # registers it): called beside the model's forward, the embeddings, final norm and head
         # would stay sharded and their gradients never reduced.
-        run = model.head_logprobs if isinstance(model, FSDPModule) else \
-            (lambda *a: head_logprobs(model, *a))
+        run = (
+            model.head_logprobs
+            if isinstance(model, FSDPModule)
+            else (lambda *a: head_logprobs(model, *a))
+        )
         logp, ent = run(batch["input_ids"], att, temperature, chunk)
         return (logp, ent) if with_entropy else logp
     out = model(input_ids=batch["input_ids"], attention_mask=att, use_cache=False)
-    logits = out.logits[:, :-1]                                             # (B, L-1, V)
+    logits = out.logits[:, :-1]  # (B, L-1, V)
     logp, ent = token_logprobs(logits, batch["input_ids"][:, 1:], temperature)
     return (logp, ent) if with_entropy else logp

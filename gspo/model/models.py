@@ -30,21 +30,54 @@ _COMMON = dict(
 
 PRESETS: dict[str, dict] = {
     # 0.31M parameters: trains in minutes on 2 CPU cores.
-    "tiny": dict(arch="dense", hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32),
+    "tiny": dict(
+        arch="dense",
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    ),
     # ~3.2M parameters.
-    "small": dict(arch="dense", hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=4, head_dim=32),
+    "small": dict(
+        arch="dense",
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=32,
+    ),
     # tiny with a byte-level BPE tokenizer trained on the training texts, BOS, a ChatML chat
     # template, two EOS ids and no pad token: the real-tokenizer path at the embedded scale.
-    "tiny-bpe": dict(arch="dense", tokenizer="bpe", hidden_size=128, intermediate_size=256,
-                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     head_dim=32),
+    "tiny-bpe": dict(
+        arch="dense",
+        tokenizer="bpe",
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+    ),
     # 8 experts, top-2, every layer sparse: the smallest model on which routing can drift.
-    "tiny-moe": dict(arch="moe", hidden_size=128, moe_intermediate_size=128, intermediate_size=256,
-                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                     num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
-                     decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.001),
+    "tiny-moe": dict(
+        arch="moe",
+        hidden_size=128,
+        moe_intermediate_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        router_aux_loss_coef=0.001,
+    ),
 }
 
 
@@ -74,7 +107,8 @@ BPE_VOCAB = 512
 # ChatML as Qwen3 writes it, after the tokenizer's BOS (as Llama-style templates put it)
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 BPE_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|bos|>"]
 
 
@@ -88,15 +122,26 @@ def build_bpe_tokenizer(corpus: list[str], vocab_size: int = BPE_VOCAB):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=BPE_SPECIALS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=BPE_SPECIALS,
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="<|bos|> $A", special_tokens=[("<|bos|>", tok.token_to_id("<|bos|>"))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>",
-                                   eos_token="<|im_end|>", clean_up_tokenization_spaces=False,
-                                   additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
-                                   model_max_length=_COMMON["max_position_embeddings"])
+        single="<|bos|> $A", special_tokens=[("<|bos|>", tok.token_to_id("<|bos|>"))]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|bos|>",
+        eos_token="<|im_end|>",
+        clean_up_tokenization_spaces=False,
+        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+        model_max_length=_COMMON["max_position_embeddings"],
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -110,16 +155,20 @@ def model_config(preset: str, tokenizer):
     spec = dict(PRESETS[preset])
     arch = spec.pop("arch")
     spec.pop("tokenizer", None)
-    ids = dict(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-               bos_token_id=tokenizer.bos_token_id)
+    ids = dict(
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     cls = Qwen3MoeConfig if arch == "moe" else Qwen3Config
     # the vocabulary rounded up to a multiple of 64 (friendlier matmul shapes)
     vocab = max(VOCAB_SIZE, -(-len(tokenizer) // 64) * 64)
     return cls(**{**_COMMON, "vocab_size": vocab}, **spec, **ids)
 
 
-def build_tiny(preset: str, out_dir, seed: int = 0, corpus: list[str] | None = None
-               ) -> pathlib.Path:
+def build_tiny(
+    preset: str, out_dir, seed: int = 0, corpus: list[str] | None = None
+) -> pathlib.Path:
     """Write a random-initialised model of `preset` plus its tokenizer to `out_dir`; a BPE
     preset trains its tokenizer on `corpus` (the training texts) first.
 
@@ -131,8 +180,10 @@ def build_tiny(preset: str, out_dir, seed: int = 0, corpus: list[str] | None = N
     out = pathlib.Path(out_dir)
     if PRESETS.get(preset, {}).get("tokenizer") == "bpe":
         if not corpus:
-            raise ValueError(f"preset {preset!r} trains its BPE tokenizer on the training texts: "
-                             "pass them as corpus")
+            raise ValueError(
+                f"preset {preset!r} trains its BPE tokenizer on the training texts: "
+                "pass them as corpus"
+            )
         tokenizer = build_bpe_tokenizer(corpus)
         eos_ids = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|endoftext|>")]
     else:
@@ -144,8 +195,10 @@ def build_tiny(preset: str, out_dir, seed: int = 0, corpus: list[str] | None = N
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.generation_config = GenerationConfig(
-        eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id)
+        eos_token_id=eos_ids,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
@@ -166,8 +219,10 @@ def load_model(path, dtype: torch.dtype = torch.float32, weights: bool = True):
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
     if not any((path / f).is_file() for f in TOKENIZER_FILES):
-        raise FileNotFoundError(f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
-                                "copy the checkpoint's tokenizer files next to its weights")
+        raise FileNotFoundError(
+            f"{path}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+            "copy the checkpoint's tokenizer files next to its weights"
+        )
     tokenizer = AutoTokenizer.from_pretrained(path)
     if not weights:
         with torch.device("meta"):
@@ -191,7 +246,11 @@ def count_params(model) -> dict[str, int]:
         if p.dim() < 2 or "embed_tokens" in name:
             continue
         n = p.numel()
-        if ".experts." in name or name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+        if (
+            ".experts." in name
+            or name.endswith("experts.gate_up_proj")
+            or name.endswith("experts.down_proj")
+        ):
             n = n * cfg.num_experts_per_tok // cfg.num_experts
         matmul += n
     if getattr(cfg, "tie_word_embeddings", False):
@@ -207,7 +266,9 @@ def enable_activation_checkpointing(model) -> None:
     from gspo.model import moe
 
     if moe.is_moe(model):
-        raise ConfigError("activation_checkpointing: not supported for Mixture-of-Experts models "
-                          "yet (the recomputed forward would replay and record routing twice); "
-                          "set it to false")
+        raise ConfigError(
+            "activation_checkpointing: not supported for Mixture-of-Experts models "
+            "yet (the recomputed forward would replay and record routing twice); "
+            "set it to false"
+        )
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -97,16 +97,22 @@ def validate(cfg, model) -> None:
     if is_moe(model):
         return
     kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-    for name, on in (("routing_replay", bool(getattr(cfg, "routing_replay", False))),
-                     ("router_aux_loss_coef", getattr(cfg, "router_aux_loss_coef", 0.0) > 0)):
+    for name, on in (
+        ("routing_replay", bool(getattr(cfg, "routing_replay", False))),
+        ("router_aux_loss_coef", getattr(cfg, "router_aux_loss_coef", 0.0) > 0),
+    ):
         if on:
-            raise ConfigError(f"{name}: needs a Mixture-of-Experts policy (Qwen3-MoE), but "
-                              f"{cfg.model} is dense ({kind}); set {name} to its default "
-                              "(false / 0.0) or start from a MoE checkpoint (preset tiny-moe)")
+            raise ConfigError(
+                f"{name}: needs a Mixture-of-Experts policy (Qwen3-MoE), but "
+                f"{cfg.model} is dense ({kind}); set {name} to its default "
+                "(false / 0.0) or start from a MoE checkpoint (preset tiny-moe)"
+            )
 
 
 def _index_dtype(num_experts: int) -> torch.dtype:
-    return torch.uint8 if num_experts <= 256 else torch.int16 if num_experts <= 32767 else torch.int32
+    return (
+        torch.uint8 if num_experts <= 256 else torch.int16 if num_experts <= 32767 else torch.int32
+    )
 
 
 @dataclasses.dataclass
@@ -121,8 +127,10 @@ class Routing:
 
     @staticmethod
     def cat(parts: list["Routing"]) -> "Routing":
-        return Routing({i: torch.cat([p.layers[i] for p in parts]) for i in parts[0].layers},
-                       parts[0].num_experts)
+        return Routing(
+            {i: torch.cat([p.layers[i] for p in parts]) for i in parts[0].layers},
+            parts[0].num_experts,
+        )
 
     @property
     def nbytes(self) -> int:
@@ -162,6 +170,7 @@ class _Hooks:
     def _pre(self, layer: int):
         def hook(module, args):
             self._shape[layer] = tuple(args[0].shape[:2])
+
         return hook
 
     def _post(self, layer: int):
@@ -176,7 +185,8 @@ class _Hooks:
                     raise RoutingError(
                         f"layer {layer}: replayed routing is {tuple(rec.shape)} but the forward "
                         f"pass routes (B, T, k) = {(B, T, k)}; slice the cache to the batch rows "
-                        "(Routing.rows(idx)) and keep the padding of the recorded batch")
+                        "(Routing.rows(idx)) and keep the padding of the recorded batch"
+                    )
                 selected = rec.reshape(B * T, k).to(device=logits.device, dtype=torch.long)
                 probs = torch.softmax(logits, dim=-1, dtype=torch.float)
                 w = probs.gather(-1, selected)
@@ -191,6 +201,7 @@ class _Hooks:
             if self.keep_logits:
                 self._logits[layer].append(logits)
             return logits, weights, selected
+
         return hook
 
     def routing(self, own: bool = False) -> Routing | None:
@@ -221,8 +232,9 @@ class _Hooks:
         return load_balancing_loss_func(logits, gate.num_experts, gate.top_k, attention_mask)
 
 
-def routing_hooks(model, *, record: bool = False, replay: Routing | None = None,
-                  keep_logits: bool = False):
+def routing_hooks(
+    model, *, record: bool = False, replay: Routing | None = None, keep_logits: bool = False
+):
     """Context manager: record and/or replay the top-k expert selection of every router of
     `model` (see the module docstring). On a dense model it does nothing and `routing()` is None."""
     if not (record or replay is not None or keep_logits):
@@ -230,8 +242,9 @@ def routing_hooks(model, *, record: bool = False, replay: Routing | None = None,
     return _Hooks(model, record, replay, keep_logits)
 
 
-def engine_routing(prompts: list[list[int]], completions: list, length: int,
-                   num_experts: int) -> Routing | None:
+def engine_routing(
+    prompts: list[list[int]], completions: list, length: int, num_experts: int
+) -> Routing | None:
     """The engine's experts (`Completion.routing`) laid out like `pad_batch(prompts, ...)`:
     (B, length, k) per layer, right-padded. Rows the engine did not feed get experts 0..k-1.
     None when the engine returned no routing."""
@@ -240,26 +253,30 @@ def engine_routing(prompts: list[list[int]], completions: list, length: int,
     first = completions[0].routing
     k = next(iter(first.values())).shape[-1]
     dt = _index_dtype(num_experts)
-    layers = {i: torch.arange(k, dtype=dt).expand(len(completions), length, k).clone()
-              for i in first}
+    layers = {
+        i: torch.arange(k, dtype=dt).expand(len(completions), length, k).clone() for i in first
+    }
     for b, (p, c) in enumerate(zip(prompts, completions)):
         fed = len(p) + len(c.token_ids) - 1
         for i, t in c.routing.items():
             if t.shape[0] != fed:
-                raise RoutingError(f"sample {b}: the engine routed {t.shape[0]} tokens but fed "
-                                   f"{fed} (prompt {len(p)} + response {len(c.token_ids)} - 1)")
+                raise RoutingError(
+                    f"sample {b}: the engine routed {t.shape[0]} tokens but fed "
+                    f"{fed} (prompt {len(p)} + response {len(c.token_ids)} - 1)"
+                )
             layers[i][b, :fed] = t
     return Routing(layers, num_experts)
 
 
 # -- metrics ------------------------------------------------------------------------------------
 
+
 def response_positions(batch: dict) -> torch.Tensor:
     """(B, L) bool: the positions whose logits score a response token (target_mask, padded to L)."""
     tm = batch["target_mask"].bool()
     L = batch["input_ids"].shape[1]
     out = torch.zeros(tm.shape[0], L, dtype=torch.bool, device=tm.device)
-    out[:, :tm.shape[1]] = tm[:, :L]
+    out[:, : tm.shape[1]] = tm[:, :L]
     return out
 
 
@@ -276,7 +293,7 @@ def volatility(old: Routing, new: Routing, mask: torch.Tensor) -> dict[str, floa
     k = old.shape[-1]
     differ = kept = 0.0
     for i in old.layers:
-        a = old.layers[i].long().sort(-1).values[m]                      # (n, k)
+        a = old.layers[i].long().sort(-1).values[m]  # (n, k)
         b = new.layers[i].long().sort(-1).values[m]
         d = (a != b).any(-1).float().sum().item()
         kept += (a.unsqueeze(-1) == b.unsqueeze(-2)).any(-1).float().sum().item() / k
@@ -308,7 +325,10 @@ def load_balance(routing: Routing, mask: torch.Tensor) -> dict[str, float]:
     if total.sum() == 0:
         return {}
     share = total / total.sum()
-    out = {"moe/load_entropy": norm_entropy(total), "moe/load_entropy_min_layer": min(ents),
-           "moe/max_expert_share": float(share.max())}
+    out = {
+        "moe/load_entropy": norm_entropy(total),
+        "moe/load_entropy_min_layer": min(ents),
+        "moe/max_expert_share": float(share.max()),
+    }
     out.update({f"moe/expert_share/{e}": float(share[e]) for e in range(E)})
     return out

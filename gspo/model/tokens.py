@@ -28,13 +28,20 @@ class Codec:
     """A tokenizer with the run's prompt format: `prompt(text)` and `response(text)` give token
     ids, `pad_id` and `stop_ids` what batches and generation need, `decode` the text back."""
 
-    def __init__(self, tokenizer, prompt: PromptConfig | None = None,
-                 generation_eos: int | list[int] | None = None, where: str = "the model"):
+    def __init__(
+        self,
+        tokenizer,
+        prompt: PromptConfig | None = None,
+        generation_eos: int | list[int] | None = None,
+        where: str = "the model",
+    ):
         self.tokenizer = tokenizer
         self.fmt = prompt or PromptConfig()
         if self.fmt.format == "chat" and not tokenizer.chat_template:
-            raise ConfigError(f"prompt.format: chat, but the tokenizer of {where} has no chat "
-                              "template; use prompt.format: raw")
+            raise ConfigError(
+                f"prompt.format: chat, but the tokenizer of {where} has no chat "
+                "template; use prompt.format: raw"
+            )
         self.eos_id = tokenizer.eos_token_id
         if self.eos_id is None:
             raise ConfigError(f"{where}: its tokenizer has no EOS token, so responses cannot end")
@@ -47,11 +54,16 @@ class Codec:
         """The model input for a record's prompt text (memoised)."""
         if text not in self._cache:
             if self.fmt.format == "chat":
-                turns = ([{"role": "system", "content": self.fmt.system}] if self.fmt.system
-                         else []) + [{"role": "user", "content": text}]
+                turns = (
+                    [{"role": "system", "content": self.fmt.system}] if self.fmt.system else []
+                ) + [{"role": "user", "content": text}]
                 ids = self.tokenizer.apply_chat_template(
-                    turns, add_generation_prompt=True, tokenize=True, return_dict=True,
-                    enable_thinking=self.fmt.enable_thinking)["input_ids"]
+                    turns,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                    enable_thinking=self.fmt.enable_thinking,
+                )["input_ids"]
             else:
                 ids = self.tokenizer(text, add_special_tokens=True).input_ids
             self._cache[text] = list(ids)

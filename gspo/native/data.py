@@ -61,11 +61,13 @@ def encoder(tokenizer):
         if text not in cache:
             cache[text] = tokenizer(text, add_special_tokens=False).input_ids
         return cache[text]
+
     return enc
 
 
-def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-              max_len: int | None = None) -> dict[str, torch.Tensor]:
+def pad_batch(
+    prompts: list[list[int]], responses: list[list[int]], pad_id: int, max_len: int | None = None
+) -> dict[str, torch.Tensor]:
     """Right-padded prompt+response tensors and the mask of response *targets*.
 
     input_ids: (B, L); attention_mask: (B, L); target_mask: (B, L-1), 1 where logits[:, t]
@@ -80,18 +82,25 @@ def pad_batch(prompts: list[list[int]], responses: list[list[int]], pad_id: int,
     att = torch.zeros(B, L, dtype=torch.long)
     tmask = torch.zeros(B, max(L - 1, 1))
     for i, (s, p) in enumerate(zip(seqs, prompts)):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        att[i, :len(s)] = 1
-        tmask[i, len(p) - 1:len(s) - 1] = 1.0
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        att[i, : len(s)] = 1
+        tmask[i, len(p) - 1 : len(s) - 1] = 1.0
     return {"input_ids": ids, "attention_mask": att, "target_mask": tmask}
 
 
-def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, size: int,
-                  max_tokens: int, *, by_length: bool = False) -> list[torch.Tensor]:
+def micro_batches(
+    rows: torch.Tensor,
+    lengths: torch.Tensor,
+    size: int,
+    max_tokens: int,
+    *,
+    by_length: bool = False,
+) -> list[torch.Tensor]:
     """`rows` split into micro-batches: `size` rows each (0: all at once; by_length: the rows
     sorted longest first, so that each micro-batch trimmed to its longest row carries little
     padding), or with max_tokens the rows sorted longest first and packed so that rows x the
     longest length stays within the budget (a row longer than the budget goes alone)."""
+
     def longest_first() -> list[int]:
         return sorted(rows.tolist(), key=lambda r: -int(lengths[r]))
 
@@ -99,7 +108,7 @@ def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, size: int,
         size = size or max(len(rows), 1)
         if by_length:
             rows = torch.tensor(longest_first(), dtype=torch.long)
-        return [rows[j:j + size] for j in range(0, len(rows), size)]
+        return [rows[j : j + size] for j in range(0, len(rows), size)]
     out: list[list[int]] = []
     for r in longest_first():
         # sorted longest first: the micro-batch's first row sets its padded width
@@ -113,12 +122,16 @@ def micro_batches(rows: torch.Tensor, lengths: torch.Tensor, size: int,
 def trim_padding(sub: dict) -> dict:
     """A right-padded micro-batch cut to its longest sequence (targets one shorter)."""
     L = int(sub["attention_mask"].sum(1).max())
-    return {"input_ids": sub["input_ids"][:, :L], "attention_mask": sub["attention_mask"][:, :L],
-            "target_mask": sub["target_mask"][:, :max(L - 1, 1)]}
+    return {
+        "input_ids": sub["input_ids"][:, :L],
+        "attention_mask": sub["attention_mask"][:, :L],
+        "target_mask": sub["target_mask"][:, : max(L - 1, 1)],
+    }
 
 
-def micro_batched(forward, batch: dict, micros: list[torch.Tensor], n_micro: int, *,
-                  trim: bool, n_out: int) -> list[torch.Tensor]:
+def micro_batched(
+    forward, batch: dict, micros: list[torch.Tensor], n_micro: int, *, trim: bool, n_out: int
+) -> list[torch.Tensor]:
     """`forward(sub)` -> a tuple of `n_out` (b, t) tensors, run over `batch`'s micro-batches
     `micros` (row indices; padding trimmed when `trim`) and laid back out as (B, T) tensors in
     row order. n_micro >= len(micros) passes run in all: the extra ones over row 0, their
@@ -134,7 +147,7 @@ def micro_batched(forward, batch: dict, micros: list[torch.Tensor], n_micro: int
         for k, r in enumerate(res):
             if outs[k].dtype != r.dtype:
                 outs[k] = outs[k].to(r.dtype)
-            outs[k][idx.to(r.device), :r.shape[1]] = r      # trimmed: the rows' own width
+            outs[k][idx.to(r.device), : r.shape[1]] = r  # trimmed: the rows' own width
     return outs
 
 

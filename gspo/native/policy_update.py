@@ -31,6 +31,7 @@ from gspo.native.data import micro_batches, pad_to, step_seed, trim_padding
 class Learner:
     """What an update reads and moves: the (sharded) policy and its optimizer, the frozen
     reference for the KL penalty (None without kl_coef), the run's config and world."""
+
     cfg: RLConfig
     world: dist.World
     policy: torch.nn.Module
@@ -43,10 +44,11 @@ class Learner:
 class OldPolicy:
     """What the sampling policy left, fixed over all of the step's updates; rows are the rows of
     this rank's batch."""
-    logp: torch.Tensor                   # (B, T) old log-probs (recomputed or the engine's)
-    adv: torch.Tensor                    # (B,) advantages
-    routing: moe.Routing | None          # MoE: the old top-k experts to replay, or None
-    is_weights: torch.Tensor | None      # (B, T) rollout-correction weights, or None
+
+    logp: torch.Tensor  # (B, T) old log-probs (recomputed or the engine's)
+    adv: torch.Tensor  # (B,) advantages
+    routing: moe.Routing | None  # MoE: the old top-k experts to replay, or None
+    is_weights: torch.Tensor | None  # (B, T) rollout-correction weights, or None
     # (B, 2) on a step whose samples are logged (gspo.tracking.samples): each row's sequence ratio and
     # clipped-token share, written at each of its updates (the last one stays), else None
     samples: torch.Tensor | None = None
@@ -56,6 +58,7 @@ class OldPolicy:
 class NonfiniteStreak:
     """Non-finite updates in a row: a finite one resets it, `limit` of them stop the run. It
     spans steps, so the trainer keeps one for the whole run."""
+
     limit: int
     count: int = 0
 
@@ -65,7 +68,8 @@ class NonfiniteStreak:
             raise TrainingError(
                 f"step {step + 1}: {self.count} non-finite updates in "
                 f"a row (loss={loss_sum}, grad_norm={float(gnorm)}); stopping. Lower "
-                "lr, check the rewards and data, or raise max_consecutive_nonfinite")
+                "lr, check the rewards and data, or raise max_consecutive_nonfinite"
+            )
 
 
 def _finite(*xs) -> bool:
@@ -91,8 +95,14 @@ def on_policy_rows(cfg: RLConfig, step: int, N: int) -> torch.Tensor:
     return permutations(cfg, step, N)[0].chunk(cfg.minibatches)[0]
 
 
-def update(lrn: Learner, batch: dict, old: OldPolicy, step: int, rows: torch.Tensor | None,
-           streak: NonfiniteStreak) -> tuple[dict, int, dict]:
+def update(
+    lrn: Learner,
+    batch: dict,
+    old: OldPolicy,
+    step: int,
+    rows: torch.Tensor | None,
+    streak: NonfiniteStreak,
+) -> tuple[dict, int, dict]:
     """epochs x minibatches optimizer steps.
 
     `batch` is this rank's share of the step's rollouts and `rows` the index of each of its rows
@@ -105,7 +115,7 @@ def update(lrn: Learner, batch: dict, old: OldPolicy, step: int, rows: torch.Ten
     cfg, world = lrn.cfg, lrn.world
     n_local = batch["input_ids"].shape[0]
     rows = torch.arange(n_local) if rows is None else rows
-    N = int(dist.all_reduce(torch.tensor(n_local), world))      # the global batch
+    N = int(dist.all_reduce(torch.tensor(n_local), world))  # the global batch
     local_of = {int(g): i for i, g in enumerate(rows)}
     first: dict = {}
     per_mb: list[dict] = []
@@ -116,11 +126,13 @@ def update(lrn: Learner, batch: dict, old: OldPolicy, step: int, rows: torch.Ten
     params = [p for g in lrn.opt.param_groups for p in g["params"] if p.requires_grad]
     for perm in permutations(cfg, step, N):
         for mb in perm.chunk(cfg.minibatches):
-            on_policy = not per_mb and not skipped   # still on-policy: the first minibatch
-            local = torch.tensor([local_of[int(g)] for g in mb if int(g) in local_of],
-                                 dtype=torch.long)
-            loss_sum, acc = _accumulate(lrn, batch, local, len(mb), old,
-                                        first if on_policy else None)
+            on_policy = not per_mb and not skipped  # still on-policy: the first minibatch
+            local = torch.tensor(
+                [local_of[int(g)] for g in mb if int(g) in local_of], dtype=torch.long
+            )
+            loss_sum, acc = _accumulate(
+                lrn, batch, local, len(mb), old, first if on_policy else None
+            )
             gnorm = dist.clip_grad_norm(params, cfg.grad_clip, world)
             if not _finite(loss_sum, gnorm):
                 lrn.opt.zero_grad(set_to_none=True)
@@ -139,19 +151,28 @@ def update(lrn: Learner, batch: dict, old: OldPolicy, step: int, rows: torch.Ten
             per_mb.append(rec)
     # the gradients' memory goes back before the rollout engine wakes (gspo.infra.memory_plan)
     lrn.opt.zero_grad(set_to_none=True)
-    return (step_metrics.update_summary(per_mb, first), skipped,
-            step_metrics.first_minibatch(first))
+    return (
+        step_metrics.update_summary(per_mb, first),
+        skipped,
+        step_metrics.first_minibatch(first),
+    )
 
 
-def _accumulate(lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, old: OldPolicy,
-                first: dict | None) -> tuple[float, dict]:
+def _accumulate(
+    lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, old: OldPolicy, first: dict | None
+) -> tuple[float, dict]:
     """Gradients of one minibatch (this rank's rows `local` of its `mb_size` sequences),
     micro-batch by micro-batch; (the minibatch's loss, {metric: (weighted sum or extreme)})
     reduced over the ranks."""
     cfg, world = lrn.cfg, lrn.world
     lrn.opt.zero_grad(set_to_none=True)
-    micros = micro_batches(local, batch["attention_mask"].sum(1), cfg.micro_batch_size,
-                           cfg.max_tokens_per_micro_batch, by_length=not lrn.is_moe)
+    micros = micro_batches(
+        local,
+        batch["attention_mask"].sum(1),
+        cfg.micro_batch_size,
+        cfg.max_tokens_per_micro_batch,
+        by_length=not lrn.is_moe,
+    )
     tot_tokens = dist.all_reduce(batch["target_mask"][local].sum(), world).clamp(min=1)
     # every rank runs as many forward/backward passes as the busiest one: FSDP's
     # collectives need them all (a rank short of rows runs one at weight 0)
@@ -162,16 +183,23 @@ def _accumulate(lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, ol
         real = j < len(micros)
         idx = micros[j] if real else torch.zeros(1, dtype=torch.long)
         sub = {k: v[idx] for k, v in batch.items()}
-        if not lrn.is_moe:   # padding costs arithmetic (MoE replays full-width routing)
+        if not lrn.is_moe:  # padding costs arithmetic (MoE replays full-width routing)
             sub = trim_padding(sub)
         loss, m = _micro_loss(lrn, sub, idx, old, first if real else None)
         # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
-        w = (sub["target_mask"].sum() / tot_tokens if cfg.agg == "token-mean"
-             else torch.tensor(len(idx) / mb_size)) if real else torch.tensor(0.0)
+        w = (
+            (
+                sub["target_mask"].sum() / tot_tokens
+                if cfg.agg == "token-mean"
+                else torch.tensor(len(idx) / mb_size)
+            )
+            if real
+            else torch.tensor(0.0)
+        )
         # (world of one: a factor 1.0, the single-process update itself)
         (loss * w * dist.grad_scale(world)).backward()
         loss_sum += loss.item() * float(w)
-        for k, v in (m.items() if real else ()):
+        for k, v in m.items() if real else ():
             acc.setdefault(k, []).append((v, float(w)))
     loss_sum = float(dist.all_reduce(torch.tensor(loss_sum, dtype=torch.float64), world))
     return loss_sum, step_metrics.reduce_over_ranks(step_metrics.combine_micro(acc), world)
@@ -185,22 +213,32 @@ def _replayed(lrn: Learner, old: OldPolicy, idx: torch.Tensor) -> moe.Routing | 
     return old.routing.rows(idx)
 
 
-def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
-                first: dict | None) -> tuple[torch.Tensor, dict]:
+def _micro_loss(
+    lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy, first: dict | None
+) -> tuple[torch.Tensor, dict]:
     """The policy loss of one micro-batch (rows `idx` of the rank's batch); `first` collects
     the on-policy minibatch's view."""
     cfg = lrn.cfg
     # MoE: replay the old routing of these rows; in 'rollout' mode record the on-policy
     # minibatch's routing as the old one (for the volatility metric).
-    with moe.routing_hooks(
+    with (
+        moe.routing_hooks(
             lrn.policy,
             replay=_replayed(lrn, old, idx),
-            record=(lrn.is_moe and first is not None and cfg.moe_metrics
-                    and cfg.old_logprobs == "rollout"),
-            keep_logits=lrn.is_moe and cfg.router_aux_loss_coef > 0) as hooks, _compute(lrn):
-        logp, ent = sequence_logprobs(lrn.policy, sub, cfg.temperature, with_entropy=True,
-                                      chunk=cfg.logprob_chunk)                      # (b, t)
-    width = old.logp.shape[1]                  # a trimmed micro-batch is padded back
+            record=(
+                lrn.is_moe
+                and first is not None
+                and cfg.moe_metrics
+                and cfg.old_logprobs == "rollout"
+            ),
+            keep_logits=lrn.is_moe and cfg.router_aux_loss_coef > 0,
+        ) as hooks,
+        _compute(lrn),
+    ):
+        logp, ent = sequence_logprobs(
+            lrn.policy, sub, cfg.temperature, with_entropy=True, chunk=cfg.logprob_chunk
+        )  # (b, t)
+    width = old.logp.shape[1]  # a trimmed micro-batch is padded back
     if first is not None:
         first.setdefault("idx", []).append(idx)
         first.setdefault("logp", []).append(pad_to(logp.detach(), width))
@@ -211,28 +249,45 @@ def _micro_loss(lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy,
     # are the recomputed old ones (ratio exactly 1), kept for the later epochs and metrics;
     # the old-log-prob pass skips these rows (gspo.native.trainer).
     if first is not None and cfg.old_logprobs == "recompute":
-        old.logp[idx.to(old.logp.device), :logp.shape[1]] = logp.detach()
-    old_logp = old.logp[idx][:, :logp.shape[1]]
+        old.logp[idx.to(old.logp.device), : logp.shape[1]] = logp.detach()
+    old_logp = old.logp[idx][:, : logp.shape[1]]
     ref_logp = None
     if lrn.ref is not None:
         with torch.no_grad(), _compute(lrn):
-            ref_logp = sequence_logprobs(lrn.ref, sub, cfg.temperature,
-                                         chunk=cfg.logprob_chunk)
+            ref_logp = sequence_logprobs(lrn.ref, sub, cfg.temperature, chunk=cfg.logprob_chunk)
     assert cfg.eps_low is not None and cfg.eps_high is not None and cfg.agg is not None  # set
     loss, m = objectives.policy_loss(
-        logp, old_logp, old.adv[idx], sub["target_mask"],
-        objective=cfg.algorithm, eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.agg,
-        log_ratio_clamp=cfg.log_ratio_clamp, tau_pos=cfg.sapo_tau_pos,
-        tau_neg=cfg.sapo_tau_neg, norm_len=cfg.max_new_tokens, ref_logp=ref_logp,
-        kl_coef=cfg.kl_coef, is_weights=None if old.is_weights is None
-        else old.is_weights[idx][:, :logp.shape[1]])
-    if old.samples is not None:           # what the update made of each sample, to read
+        logp,
+        old_logp,
+        old.adv[idx],
+        sub["target_mask"],
+        objective=cfg.algorithm,
+        eps_low=cfg.eps_low,
+        eps_high=cfg.eps_high,
+        agg=cfg.agg,
+        log_ratio_clamp=cfg.log_ratio_clamp,
+        tau_pos=cfg.sapo_tau_pos,
+        tau_neg=cfg.sapo_tau_neg,
+        norm_len=cfg.max_new_tokens,
+        ref_logp=ref_logp,
+        kl_coef=cfg.kl_coef,
+        is_weights=None if old.is_weights is None else old.is_weights[idx][:, : logp.shape[1]],
+    )
+    if old.samples is not None:  # what the update made of each sample, to read
         ratio, clip = objectives.sample_stats(
-            logp.detach(), old_logp, old.adv[idx], sub["target_mask"], objective=cfg.algorithm,
-            eps_low=cfg.eps_low, eps_high=cfg.eps_high, log_ratio_clamp=cfg.log_ratio_clamp,
-            tau_pos=cfg.sapo_tau_pos, tau_neg=cfg.sapo_tau_neg)
+            logp.detach(),
+            old_logp,
+            old.adv[idx],
+            sub["target_mask"],
+            objective=cfg.algorithm,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            log_ratio_clamp=cfg.log_ratio_clamp,
+            tau_pos=cfg.sapo_tau_pos,
+            tau_neg=cfg.sapo_tau_neg,
+        )
         old.samples[idx.to(old.samples.device)] = torch.stack([ratio, clip], 1).to(old.samples)
-    if lrn.is_moe and cfg.router_aux_loss_coef > 0:   # load-balancing loss
+    if lrn.is_moe and cfg.router_aux_loss_coef > 0:  # load-balancing loss
         aux = hooks.aux_loss(sub["attention_mask"])
         loss = loss + cfg.router_aux_loss_coef * aux
         m["moe/aux_loss_train"] = aux.item()

@@ -17,21 +17,27 @@ from gspo.infra import distributed as dist
 
 @dataclasses.dataclass
 class Shaped:
-    train: dict               # the batch the update trains on: target_mask without truncated rows
+    train: dict  # the batch the update trains on: target_mask without truncated rows
     advantages: torch.Tensor  # (B,)
-    is_weights: torch.Tensor | None   # (B, T) rollout-correction weights, or None
+    is_weights: torch.Tensor | None  # (B, T) rollout-correction weights, or None
     metrics: dict
 
 
-def shape(batch: dict, truncated: torch.Tensor, rewards: torch.Tensor,
-          old_logp: torch.Tensor, engine_logp: torch.Tensor, cfg,
-          world: dist.World = dist.World()) -> Shaped:
+def shape(
+    batch: dict,
+    truncated: torch.Tensor,
+    rewards: torch.Tensor,
+    old_logp: torch.Tensor,
+    engine_logp: torch.Tensor,
+    cfg,
+    world: dist.World = dist.World(),
+) -> Shaped:
     """The step's advantages, training batch and correction weights from its padded `batch`,
     `truncated` (B,) bool (cut at max_new_tokens), task `rewards` (B,) and the trainer's and the
     engine's log-probs (B, T); metrics reduced over the ranks."""
     rec = {}
     if cfg.overlong_buffer:
-        lengths = batch["target_mask"].sum(dim=1).cpu()            # response tokens, (B,)
+        lengths = batch["target_mask"].sum(dim=1).cpu()  # response tokens, (B,)
         pen = objectives.overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer)
         rewards = rewards + pen.to(rewards.dtype)
         rec["overlong_penalty_mean"] = dist.all_gather_cat(pen, world).mean().item()
@@ -44,12 +50,18 @@ def shape(batch: dict, truncated: torch.Tensor, rewards: torch.Tensor,
         rec["truncated_masked"] = dist.all_gather_cat(truncated.float(), world).mean().item()
     w = None
     if cfg.rollout_correction != "none":
-        w = objectives.rollout_correction(old_logp, engine_logp, train["target_mask"],
-                                          cfg.rollout_correction, cfg.rollout_correction_min,
-                                          cfg.rollout_correction_max)
+        w = objectives.rollout_correction(
+            old_logp,
+            engine_logp,
+            train["target_mask"],
+            cfg.rollout_correction,
+            cfg.rollout_correction_min,
+            cfg.rollout_correction_max,
+        )
         valid = train["target_mask"] > 0
-        sums = dist.all_reduce(torch.stack([w.sum(), ((w == 0) & valid).sum(), valid.sum()])
-                               .double(), world)
+        sums = dist.all_reduce(
+            torch.stack([w.sum(), ((w == 0) & valid).sum(), valid.sum()]).double(), world
+        )
         rec["rollout_is_mean"] = (sums[0] / sums[2].clamp(min=1)).item()
         rec["rollout_is_zeroed"] = (sums[1] / sums[2].clamp(min=1)).item()
     return Shaped(train, adv.to(mask.device), w, rec)
@@ -66,9 +78,11 @@ def dynamic_sampling(draw, group_size: int, max_rounds: int, world: dist.World =
     (prompt, completion) pairs, whose generation still cost compute). A world of one only: the
     kept groups would differ with the ranks' shares of each draw."""
     if world.distributed:
-        raise TrainingError("dynamic_sampling: runs in a world of one for now (which groups "
-                            "are kept would depend on the number of ranks); set it to false "
-                            "or run without torchrun")
+        raise TrainingError(
+            "dynamic_sampling: runs in a world of one for now (which groups "
+            "are kept would depend on the number of ranks); set it to false "
+            "or run without torchrun"
+        )
     kept: list[tuple] = []
     dropped: list[tuple] = []
     n = rounds = 0
@@ -83,7 +97,17 @@ def dynamic_sampling(draw, group_size: int, max_rounds: int, world: dist.World =
             break
     chosen = (kept + dropped)[:n]
     waste = [(x, y) for gp, gc, _ in (kept + dropped)[n:] for x, y in zip(gp, gc)]
-    metrics = {"groups_dropped": len(dropped) / (len(kept) + len(dropped)),
-               "sampling_rounds": rounds, "groups_unfilled": max(n - len(kept), 0) / n}
-    return ([x for gp, _, _ in chosen for x in gp], [y for _, gc, _ in chosen for y in gc],
-            torch.cat([gr for _, _, gr in chosen])), metrics, waste
+    metrics = {
+        "groups_dropped": len(dropped) / (len(kept) + len(dropped)),
+        "sampling_rounds": rounds,
+        "groups_unfilled": max(n - len(kept), 0) / n,
+    }
+    return (
+        (
+            [x for gp, _, _ in chosen for x in gp],
+            [y for _, gc, _ in chosen for y in gc],
+            torch.cat([gr for _, _, gr in chosen]),
+        ),
+        metrics,
+        waste,
+    )

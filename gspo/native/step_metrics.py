@@ -13,9 +13,16 @@ from gspo.model import moe
 
 def combine_micro(acc: dict) -> dict:
     """One minibatch's metrics from its micro-batches' (value, weight) pairs."""
-    return {k: (min(x for x, _ in v) if k == "ratio_min" else
-                max(x for x, _ in v) if k == "ratio_max" else
-                sum(x * w for x, w in v)) for k, v in acc.items()}
+    return {
+        k: (
+            min(x for x, _ in v)
+            if k == "ratio_min"
+            else max(x for x, _ in v)
+            if k == "ratio_max"
+            else sum(x * w for x, w in v)
+        )
+        for k, v in acc.items()
+    }
 
 
 def reduce_over_ranks(rec: dict, world) -> dict:
@@ -31,8 +38,9 @@ def reduce_over_ranks(rec: dict, world) -> dict:
     for op in ("sum", "min", "max"):
         ks = [k for k in keys if ops.get(k, ("sum", 0.0))[0] == op]
         if ks:
-            vals = torch.tensor([rec.get(k, ops.get(k, ("sum", 0.0))[1]) for k in ks],
-                                dtype=torch.float64)
+            vals = torch.tensor(
+                [rec.get(k, ops.get(k, ("sum", 0.0))[1]) for k in ks], dtype=torch.float64
+            )
             out.update(zip(ks, dist.all_reduce(vals, world, op).tolist()))
     return out
 
@@ -45,12 +53,19 @@ def update_summary(per_mb: list[dict], first: dict) -> dict:
     out = {}
     for k in per_mb[0]:
         vals = [r[k] for r in per_mb]
-        out[k] = min(vals) if k == "ratio_min" else max(vals) if k == "ratio_max" else \
-            sum(vals) / len(vals)
+        out[k] = (
+            min(vals)
+            if k == "ratio_min"
+            else max(vals)
+            if k == "ratio_max"
+            else sum(vals) / len(vals)
+        )
     if "clip_frac_onpolicy" in first:
         out["clip_frac_tokens_onpolicy"] = first["clip_frac_onpolicy"]
     if len(per_mb) > 1:  # the off-policy updates alone: where clipping can engage
-        out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (len(per_mb) - 1)
+        out["clip_frac_tokens_offpolicy"] = sum(r["clip_frac_tokens"] for r in per_mb[1:]) / (
+            len(per_mb) - 1
+        )
     return out
 
 
@@ -68,7 +83,7 @@ def engine_logprobs(prompts, comps, mask: torch.Tensor) -> torch.Tensor:
     """The engine's sampled-token log-probs laid out like the trainer's (B, T) targets."""
     engine_logp = torch.zeros_like(mask)
     for i, (p, c) in enumerate(zip(prompts, comps)):
-        engine_logp[i, len(p) - 1:len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
+        engine_logp[i, len(p) - 1 : len(p) - 1 + len(c.logprobs)] = torch.tensor(c.logprobs)
     return engine_logp
 
 
@@ -78,13 +93,14 @@ def gap_sums(engine_logp, trainer_logp, ent, mask) -> tuple[torch.Tensor, torch.
     stacked with CUDA sums is a device error): sums of entropy, tokens, |token gap|,
     |sequence gap| and sequences; maxes of |token gap| and |sequence gap| (0 without rows:
     gaps are >= 0, so an empty rank adds nothing to a max)."""
-    gap = (engine_logp - trainer_logp) * mask                            # (b, T)
-    seq_gap = gap.sum(1).abs() / mask.sum(1).clamp(min=1)               # (b,)
+    gap = (engine_logp - trainer_logp) * mask  # (b, T)
+    seq_gap = gap.sum(1).abs() / mask.sum(1).clamp(min=1)  # (b,)
     n_seq = torch.full((), float(len(seq_gap)), device=mask.device)
     sums = torch.stack([(ent * mask).sum(), mask.sum(), gap.abs().sum(), seq_gap.sum(), n_seq])
     zero = torch.zeros((), device=mask.device)
-    maxes = torch.stack([gap.abs().max() if gap.numel() else zero,
-                         seq_gap.max() if seq_gap.numel() else zero])
+    maxes = torch.stack(
+        [gap.abs().max() if gap.numel() else zero, seq_gap.max() if seq_gap.numel() else zero]
+    )
     return sums.double(), maxes.double()
 
 
@@ -103,11 +119,13 @@ def gap_metrics(engine_logp, old_logp, entropy, mask, first, world) -> dict:
     sums, maxes = gap_sums(engine_logp[idx], trainer_logp, ent, m_gap)
     sums, maxes = dist.all_reduce(sums, world), dist.all_reduce(maxes, world, "max")
     ent_sum, tokens, gap_sum, seq_sum, seqs = sums.tolist()
-    return {"entropy": ent_sum / tokens,
-            "logprob_gap_token_mean": gap_sum / tokens,
-            "logprob_gap_token_max": float(maxes[0]),
-            "logprob_gap_seq_mean": seq_sum / seqs,
-            "logprob_gap_seq_max": float(maxes[1])}
+    return {
+        "entropy": ent_sum / tokens,
+        "logprob_gap_token_mean": gap_sum / tokens,
+        "logprob_gap_token_max": float(maxes[0]),
+        "logprob_gap_seq_mean": seq_sum / seqs,
+        "logprob_gap_seq_max": float(maxes[1]),
+    }
 
 
 def old_or_first(routing, first: dict):
@@ -135,8 +153,11 @@ def mfu(forward_flops: float, phases: Mapping[str, tuple[float, float]], peak: f
     `passes` forward passes' worth of `forward_flops` (the step's F(L) summed over every rank's
     sequences; gspo.model.flops), against `peak`, the FLOP/s of all the job's devices together. A
     phase that did not run (no passes or no time) gets no value."""
-    return {f"mfu_{name}": forward_flops * passes / (seconds * peak)
-            for name, (passes, seconds) in phases.items() if passes and seconds > 0}
+    return {
+        f"mfu_{name}": forward_flops * passes / (seconds * peak)
+        for name, (passes, seconds) in phases.items()
+        if passes and seconds > 0
+    }
 
 
 def moe_pass(policy, forward, old_routing, batch, first) -> dict:

@@ -54,56 +54,79 @@ class Trainer:
         self.ckpt_root = self.out / "checkpoints"
         self.mix = Mix(cfg.train_data)
         self.start_step = 0
-        self.state = {"compute_flops": 0.0, "tokens_generated": 0, "tokens_trained": 0,
-                      "nonfinite_skips": 0, "old_logprob_passes": 0, "wall_s": 0.0}
+        self.state = {
+            "compute_flops": 0.0,
+            "tokens_generated": 0,
+            "tokens_trained": 0,
+            "nonfinite_skips": 0,
+            "old_logprob_passes": 0,
+            "wall_s": 0.0,
+        }
         resume_from = latest_checkpoint(self.ckpt_root) if cfg.resume else None
         if resume_from is not None:
             ckpt.check_same_run(self.out / "run_info.json", to_dict(cfg))
         src = resume_from if resume_from is not None else cfg.model
-        self.policy, self.tok = dist.load_sharded(src, world, cfg.device, cfg.precision,
-                                                  prepare=self._prepare)
-        self.old_routing: moe.Routing | None = None   # MoE: the replayed / old top-k experts
+        self.policy, self.tok = dist.load_sharded(
+            src, world, cfg.device, cfg.precision, prepare=self._prepare
+        )
+        self.old_routing: moe.Routing | None = None  # MoE: the replayed / old top-k experts
         # MoE: what the old policy's routers picked themselves, and the rollout engine's
         self.own_old_routing: moe.Routing | None = None
         self.engine_routing: moe.Routing | None = None
         # the step's rollout-correction weights (gspo.native.shaping)
         self.is_weights: torch.Tensor | None = None
-        self.sampled: dict[str, float] = {}   # the step's dynamic-sampling metrics (gspo.native.shaping)
+        self.sampled: dict[
+            str, float
+        ] = {}  # the step's dynamic-sampling metrics (gspo.native.shaping)
         # a logged step's per-sample ratio and clip (gspo.tracking.samples)
         self.sample_stats: torch.Tensor | None = None
         # non-finite updates in a row, over steps (gspo.native.policy_update)
         self.nonfinite = policy_update.NonfiniteStreak(cfg.max_consecutive_nonfinite)
         # The torch engine reports its routing on MoE models: replayed with
         # routing_replay_source: engine, else compared with the trainer's (moe/engine_routing_mismatch).
-        self.want_engine_routing = self.is_moe and cfg.rollout.engine == "torch" and (
-            self._replays_engine or cfg.moe_metrics)
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99),
-                                     weight_decay=cfg.weight_decay)
+        self.want_engine_routing = (
+            self.is_moe
+            and cfg.rollout.engine == "torch"
+            and (self._replays_engine or cfg.moe_metrics)
+        )
+        self.opt = torch.optim.AdamW(
+            self.policy.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay
+        )
         st = torch.load(resume_from / STATE, weights_only=False) if resume_from else {}
-        if resume_from is not None:      # with the fp32 masters where the files hold bf16
+        if resume_from is not None:  # with the fp32 masters where the files hold bf16
             ckpt.load_training_state(self.policy, self.opt, resume_from, st)
             self.start_step = st["step"]
             self.state = st["counters"]
         self.engine = self._make_engine(src)
-        if st.get("masters") and cfg.rollout.engine != "torch":   # it read the bf16 files
+        if st.get("masters") and cfg.rollout.engine != "torch":  # it read the bf16 files
             self._sync_engine()
-        self.ref = None     # sharded like the policy: its forwards pair up across ranks too
+        self.ref = None  # sharded like the policy: its forwards pair up across ranks too
         if cfg.kl_coef:
             self.ref, _ = dist.load_sharded(cfg.model, world, cfg.device, cfg.precision)
             self.ref.eval().requires_grad_(False)
         self.codec = tokens.codec(self.tok, src, cfg.prompt)
         self.flops = FlopCounter(self.policy)
-        self.log = None     # only rank 0 writes the run's records
+        self.log = None  # only rank 0 writes the run's records
         if world.main:
-            self.log = MetricsLog(self.out / "metrics.jsonl",
-                                  resume_step=self.start_step if resume_from is not None else None)
-            write_run_info(self.out, run_info(to_dict(cfg), self.mix.hashes(), stage="rl",
-                                              algorithm=cfg.algorithm, world_size=world.size,
-                                              resumed_from=str(resume_from)))
+            self.log = MetricsLog(
+                self.out / "metrics.jsonl",
+                resume_step=self.start_step if resume_from is not None else None,
+            )
+            write_run_info(
+                self.out,
+                run_info(
+                    to_dict(cfg),
+                    self.mix.hashes(),
+                    stage="rl",
+                    algorithm=cfg.algorithm,
+                    world_size=world.size,
+                    resumed_from=str(resume_from),
+                ),
+            )
 
     def _prepare(self, model) -> None:
         """Checks and settings on the whole model, before it is sharded."""
-        moe.validate(self.cfg, model)    # MoE-only options on a dense model: a ConfigError
+        moe.validate(self.cfg, model)  # MoE-only options on a dense model: a ConfigError
         self.is_moe = moe.is_moe(model)
         self._refuse_unsupported()
         if self.cfg.activation_checkpointing:
@@ -112,31 +135,39 @@ class Trainer:
     def _refuse_unsupported(self) -> None:
         cfg, world = self.cfg, self.world
         if cfg.prompts_per_step % world.size:
-            raise TrainingError(f"prompts_per_step={cfg.prompts_per_step} does not divide by the "
-                                f"{world.size} ranks (each owns whole prompt groups); pick a "
-                                "multiple of the number of processes")
+            raise TrainingError(
+                f"prompts_per_step={cfg.prompts_per_step} does not divide by the "
+                f"{world.size} ranks (each owns whole prompt groups); pick a "
+                "multiple of the number of processes"
+            )
         if self.is_moe and cfg.max_tokens_per_micro_batch:
-            raise TrainingError("max_tokens_per_micro_batch: MoE models replay routing over the "
-                                "whole padded batch; use micro_batch_size")
+            raise TrainingError(
+                "max_tokens_per_micro_batch: MoE models replay routing over the "
+                "whole padded batch; use micro_batch_size"
+            )
         if world.distributed and self.is_moe:
-            raise TrainingError("MoE models train in a world of one for now (Routing Replay "
-                                "is not sharded); run without torchrun")
+            raise TrainingError(
+                "MoE models train in a world of one for now (Routing Replay "
+                "is not sharded); run without torchrun"
+            )
 
     def _make_engine(self, src):
         r = self.cfg.rollout
-        device = dist.rank_device(r.device, self.world)     # one engine per rank
-        if r.engine == "torch":     # a whole copy of its own on every rank
+        device = dist.rank_device(r.device, self.world)  # one engine per rank
+        if r.engine == "torch":  # a whole copy of its own on every rank
             eng_model = dist.unsharded_copy(self.policy, self.world, getattr(torch, r.dtype))
             return make_engine("torch", src, device=device, dtype=r.dtype, model=eng_model)
-        return make_engine(r.engine, src, device=device, dtype=r.dtype, seed=self.cfg.seed,
-                           **r.vllm_options())
+        return make_engine(
+            r.engine, src, device=device, dtype=r.dtype, seed=self.cfg.seed, **r.vllm_options()
+        )
 
     def _sync_engine(self) -> None:
         dtype = getattr(torch, self.cfg.rollout.dtype)
         if self.cfg.rollout.engine == "vllm" and self.world.distributed:
             # one writer per node (gspo.rollout.vllm_engine): the others keep no host copy
-            sd = dist.full_state_dict(self.policy, self.world, dtype=dtype,
-                                      keep=self.world.local_rank == 0)
+            sd = dist.full_state_dict(
+                self.policy, self.world, dtype=dtype, keep=self.world.local_rank == 0
+            )
             self.engine.update_weights(sd, world=self.world)
         else:
             self.engine.update_weights(dist.full_state_dict(self.policy, self.world, dtype=dtype))
@@ -153,9 +184,14 @@ class Trainer:
         if not cfg.dynamic_sampling:
             return self._draw(step, 0)
         out, self.sampled, waste = shaping.dynamic_sampling(
-            lambda k: self._draw(step, k), cfg.group_size, cfg.dynamic_sampling_max_rounds,
-            self.world)
-        self.state["compute_flops"] += self.flops.forward([len(p) + len(c.token_ids) for p, c in waste])
+            lambda k: self._draw(step, k),
+            cfg.group_size,
+            cfg.dynamic_sampling_max_rounds,
+            self.world,
+        )
+        self.state["compute_flops"] += self.flops.forward(
+            [len(p) + len(c.token_ids) for p, c in waste]
+        )
         self.state["tokens_generated"] += sum(len(c.token_ids) for _, c in waste)
         return out
 
@@ -168,13 +204,17 @@ class Trainer:
         everyone = self.mix.sample(cfg.prompts_per_step, seed=cfg.seed, step=step, draw=draw)
         recs = [everyone[i] for i in mine]
         prompts = [self.codec.prompt(r["prompt"]) for r in recs]
-        base = draw * cfg.prompts_per_step          # draw k's prompts get seeds of their own
-        groups = self.engine.generate(prompts, n=cfg.group_size, temperature=cfg.temperature,
-                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      seed=[prompt_seed(cfg.seed, step, base + i) * cfg.group_size
-                                            for i in mine],
-                                      stop_token_ids=self.codec.stop_ids,
-                                      return_routing=self.want_engine_routing)
+        base = draw * cfg.prompts_per_step  # draw k's prompts get seeds of their own
+        groups = self.engine.generate(
+            prompts,
+            n=cfg.group_size,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            seed=[prompt_seed(cfg.seed, step, base + i) * cfg.group_size for i in mine],
+            stop_token_ids=self.codec.stop_ids,
+            return_routing=self.want_engine_routing,
+        )
         flat_r, flat_p, flat_c, texts = [], [], [], []
         for rec, p, group in zip(recs, prompts, groups):
             for c in group:
@@ -184,8 +224,9 @@ class Trainer:
                 texts.append(self.codec.decode(c.token_ids))
         return flat_p, flat_c, torch.tensor(self.reward_fn(flat_r, texts))
 
-    def old_logprobs(self, batch, rows: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    def old_logprobs(
+        self, batch, rows: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Old log-probs and entropy (B, T) of `batch`'s rows `rows` (None: all; the others 0:
         the update's on-policy forward gives them). Every rank takes part in a pass, with rows
         or without (FSDP's collectives); with one minibatch no rank makes one."""
@@ -225,30 +266,46 @@ class Trainer:
         B = batch["input_ids"].shape[0]
         size = cfg.micro_batch_size or (0 if self.is_moe else -(-B // cfg.minibatches))
         rows = torch.arange(B) if rows is None else rows
-        micros = micro_batches(rows, batch["attention_mask"].sum(1).cpu(), size,
-                               cfg.max_tokens_per_micro_batch, by_length=not self.is_moe)
+        micros = micro_batches(
+            rows,
+            batch["attention_mask"].sum(1).cpu(),
+            size,
+            cfg.max_tokens_per_micro_batch,
+            by_length=not self.is_moe,
+        )
         n_micro = int(dist.all_reduce(torch.tensor(len(micros)), self.world, "max"))
 
         def forward(sub):
             with self._compute():
-                out = sequence_logprobs(self.policy, sub, cfg.temperature,
-                                        with_entropy=with_entropy, chunk=cfg.logprob_chunk)
+                out = sequence_logprobs(
+                    self.policy,
+                    sub,
+                    cfg.temperature,
+                    with_entropy=with_entropy,
+                    chunk=cfg.logprob_chunk,
+                )
             return out if with_entropy else (out,)
 
-        outs = micro_batched(forward, batch, micros, n_micro, n_out=1 + with_entropy,
-                             trim=not self.is_moe)
+        outs = micro_batched(
+            forward, batch, micros, n_micro, n_out=1 + with_entropy, trim=not self.is_moe
+        )
         return tuple(outs) if with_entropy else outs[0]
 
     def update(self, batch, old_logp, adv, step: int, rows=None) -> tuple[dict, int, dict]:
         """epochs x minibatches optimizer steps on this rank's `batch` (its rows `rows` of the
         global batch; None: all of it) against old log-probs (B, T) and advantages (B,), with
         the step's old routing and correction weights (gspo.native.policy_update.update)."""
-        lrn = policy_update.Learner(self.cfg, self.world, self.policy, self.opt, self.ref,
-                                    self.is_moe)
-        self.sample_stats = (torch.full((len(adv), 2), float("nan"))
-                             if samples.due(self.cfg.log_samples_every, step + 1) else None)
-        old = policy_update.OldPolicy(old_logp, adv, self.old_routing, self.is_weights,
-                                      self.sample_stats)
+        lrn = policy_update.Learner(
+            self.cfg, self.world, self.policy, self.opt, self.ref, self.is_moe
+        )
+        self.sample_stats = (
+            torch.full((len(adv), 2), float("nan"))
+            if samples.due(self.cfg.log_samples_every, step + 1)
+            else None
+        )
+        old = policy_update.OldPolicy(
+            old_logp, adv, self.old_routing, self.is_weights, self.sample_stats
+        )
         upd, skipped, first = policy_update.update(lrn, batch, old, step, rows, self.nonfinite)
         self.state["nonfinite_skips"] += skipped
         return upd, skipped, first
@@ -256,21 +313,35 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
     def train(self) -> pathlib.Path:
         cfg = self.cfg
-        bar = tqdm(range(self.start_step, cfg.steps), desc=f"rl[{cfg.algorithm}]", total=cfg.steps,
-                   initial=self.start_step, dynamic_ncols=True, disable=not self.world.main)
+        bar = tqdm(
+            range(self.start_step, cfg.steps),
+            desc=f"rl[{cfg.algorithm}]",
+            total=cfg.steps,
+            initial=self.start_step,
+            dynamic_ncols=True,
+            disable=not self.world.main,
+        )
         for step in bar:
             rec = self.step(step)
             if self.log is not None:
                 self.log.log(step + 1, rec)
-            bar.set_postfix(reward=f"{rec['reward_mean']:.3f}",
-                            clip=f"{rec.get('clip_frac_tokens', 0):.3f}")
+            bar.set_postfix(
+                reward=f"{rec['reward_mean']:.3f}", clip=f"{rec.get('clip_frac_tokens', 0):.3f}"
+            )
             if (step + 1) % cfg.ckpt_every == 0 or step + 1 == cfg.steps:
                 self.checkpoint(step + 1)
-        self.engine.close()   # vLLM holds processes and memory
+        self.engine.close()  # vLLM holds processes and memory
         if self.world.main:
             publish_model(latest_checkpoint(self.ckpt_root), self.out / "model")
-            write_json(self.out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
-                                                   "world_size": self.world.size, **self.state})
+            write_json(
+                self.out / "summary.json",
+                {
+                    "steps": cfg.steps,
+                    "algorithm": cfg.algorithm,
+                    "world_size": self.world.size,
+                    **self.state,
+                },
+            )
         dist.barrier(self.world)
         return self.out / "model"
 
@@ -287,8 +358,11 @@ class Trainer:
         mask = batch["target_mask"]
         if self.want_engine_routing:
             self.engine_routing = moe.engine_routing(
-                prompts, comps, batch["input_ids"].shape[1],
-                moe.routers(self.policy)[0][2].num_experts)
+                prompts,
+                comps,
+                batch["input_ids"].shape[1],
+                moe.routers(self.policy)[0][2].num_experts,
+            )
         engine_logp = step_metrics.engine_logprobs(prompts, comps, mask)
         n_local = batch["input_ids"].shape[0]
         rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
@@ -299,13 +373,20 @@ class Trainer:
             old_logp, entropy = engine_logp, None
             if self._replays_engine:
                 self.old_routing = self.engine_routing
-        sh = shaping.shape(batch, torch.tensor([c.finish_reason == "length" for c in comps]),
-                           rewards, old_logp, engine_logp, cfg, self.world)
+        sh = shaping.shape(
+            batch,
+            torch.tensor([c.finish_reason == "length" for c in comps]),
+            rewards,
+            old_logp,
+            engine_logp,
+            cfg,
+            self.world,
+        )
         self.is_weights = sh.is_weights
         t2 = time.perf_counter()
         upd, skipped, first = self.update(sh.train, old_logp, sh.advantages, step, rows=rows)
         self._log_samples(step + 1, prompts, comps, rewards, sh.advantages)
-        if pass_rows is not None and "idx" in first:   # the rows the pass left to the update
+        if pass_rows is not None and "idx" in first:  # the rows the pass left to the update
             entropy[first["idx"]] = first["entropy"]
         self._sync_engine()
         t3 = time.perf_counter()
@@ -314,9 +395,19 @@ class Trainer:
         if self.is_moe:
             moe_rec["time_moe_s"] = t4 - t3
         f, f_pass = self._count(batch, t4 - t0, pass_rows)
-        mfu = step_metrics.mfu(f, {"rollout": (1, t1 - t0), "update": (3 * cfg.epochs, t3 - t2),
-                                   "old_logprob": (f_pass / f if f else 0, t2 - t1)},
-                               cfg.peak_flops * self.world.size) if cfg.peak_flops else {}
+        mfu = (
+            step_metrics.mfu(
+                f,
+                {
+                    "rollout": (1, t1 - t0),
+                    "update": (3 * cfg.epochs, t3 - t2),
+                    "old_logprob": (f_pass / f if f else 0, t2 - t1),
+                },
+                cfg.peak_flops * self.world.size,
+            )
+            if cfg.peak_flops
+            else {}
+        )
         # the whole step's rollouts, in global order (a world of one: these very tensors)
         rewards = dist.all_gather_cat(rewards, self.world)
         resp_len = dist.all_gather_cat(mask.sum(1), self.world)
@@ -328,8 +419,15 @@ class Trainer:
             "lr": self.lr_at(step),
             "skipped_updates": skipped,
             **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first, self.world),
-            "time_rollout_s": t1 - t0, "time_old_logprob_s": t2 - t1, "time_update_s": t3 - t2,
-            **upd, **moe_rec, **mfu, **sh.metrics, **self.sampled, **self.state,
+            "time_rollout_s": t1 - t0,
+            "time_old_logprob_s": t2 - t1,
+            "time_update_s": t3 - t2,
+            **upd,
+            **moe_rec,
+            **mfu,
+            **sh.metrics,
+            **self.sampled,
+            **self.state,
         }
 
     def _log_samples(self, step: int, prompts, comps, rewards, adv) -> None:
@@ -337,19 +435,35 @@ class Trainer:
         if self.sample_stats is None or not self.world.main:
             return
         dec = self.codec.decode
-        samples.write(self.out, step, samples.rows(
-            step, [dec(p) for p in prompts], [dec(c.token_ids) for c in comps],
-            rewards.tolist(), adv.tolist(), self.sample_stats.tolist(),
-            [len(c.token_ids) for c in comps], [c.finish_reason for c in comps]))
+        samples.write(
+            self.out,
+            step,
+            samples.rows(
+                step,
+                [dec(p) for p in prompts],
+                [dec(c.token_ids) for c in comps],
+                rewards.tolist(),
+                adv.tolist(),
+                self.sample_stats.tolist(),
+                [len(c.token_ids) for c in comps],
+                [c.finish_reason for c in comps],
+            ),
+        )
 
     def _moe_record(self, batch, first) -> dict:
         """The step's MoE metrics (none on a dense model); forgets the step's routings."""
         cfg = self.cfg
-        moe_rec = (step_metrics.moe_pass(self.policy, self._chunked, self.old_routing, batch,
-                                          first) if self.is_moe and cfg.moe_metrics else {})
+        moe_rec = (
+            step_metrics.moe_pass(self.policy, self._chunked, self.old_routing, batch, first)
+            if self.is_moe and cfg.moe_metrics
+            else {}
+        )
         if self.engine_routing is not None and cfg.moe_metrics:
-            moe_rec.update(step_metrics.engine_routing_mismatch(
-                self.engine_routing, self.own_old_routing, batch, first))
+            moe_rec.update(
+                step_metrics.engine_routing_mismatch(
+                    self.engine_routing, self.own_old_routing, batch, first
+                )
+            )
         if self.old_routing is not None:
             moe_rec["moe/routing_cache_bytes"] = self.old_routing.nbytes
         self.old_routing = self.own_old_routing = self.engine_routing = None
@@ -363,18 +477,18 @@ class Trainer:
         cfg = self.cfg
         if self.is_moe or cfg.rollout_correction != "none" or cfg.old_logprobs != "recompute":
             return None
-        first = set(policy_update.on_policy_rows(
-            cfg, step, len(rows) * self.world.size).tolist())
-        return torch.tensor([i for i, g in enumerate(rows.tolist()) if g not in first],
-                            dtype=torch.long)
+        first = set(policy_update.on_policy_rows(cfg, step, len(rows) * self.world.size).tolist())
+        return torch.tensor(
+            [i for i, g in enumerate(rows.tolist()) if g not in first], dtype=torch.long
+        )
 
     def _count(self, batch, seconds: float, pass_rows) -> tuple[float, float]:
         """Add the step's compute, tokens and time to the run's counters; returns the step's
         forward FLOPs over all its sequences (gspo.model.flops) and the old-log-prob pass's."""
         cfg = self.cfg
         lengths = dist.all_gather_cat(batch["attention_mask"].sum(1), self.world)
-        f = self.flops.forward(lengths.tolist())       # the whole step's, summed over ranks
-        extra = int(self.is_moe and cfg.moe_metrics)    # the MoE metrics' no-grad pass
+        f = self.flops.forward(lengths.tolist())  # the whole step's, summed over ranks
+        extra = int(self.is_moe and cfg.moe_metrics)  # the MoE metrics' no-grad pass
         # the old-log-prob pass over the rows it ran (none when the engine's log-probs stand in)
         f_pass = 0.0
         if cfg.old_logprobs == "recompute" and pass_rows is None:
@@ -394,17 +508,29 @@ class Trainer:
 
     def checkpoint(self, step: int) -> pathlib.Path:
         path = ckpt.save_rl_checkpoint(
-            self.ckpt_root, step, self.policy, self.tok, self.opt, self.world,
+            self.ckpt_root,
+            step,
+            self.policy,
+            self.tok,
+            self.opt,
+            self.world,
             {"step": step, "counters": dict(self.state), "world_size": self.world.size},
             meta={"stage": "rl", "compute_flops": self.state["compute_flops"]},
-            precision=self.cfg.precision)
+            precision=self.cfg.precision,
+        )
         if self.world.main:
             ckpt.prune_checkpoints(self.ckpt_root, self.cfg.keep_last, self.cfg.keep_steps)
         return path
 
 
-def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = None,
-           restart_if_changed: bool = False, world: dist.World = dist.World()) -> pathlib.Path:
+def run_rl(
+    cfg: RLConfig,
+    reward_fn: RewardFn,
+    *,
+    tracking: Tracking | None = None,
+    restart_if_changed: bool = False,
+    world: dist.World = dist.World(),
+) -> pathlib.Path:
     """Train (or resume) the run of `cfg`, rewarding completions with `reward_fn`, inside its
     MLflow stage run (metrics sent as checkpoints cover them). restart_if_changed: see
     prepare_out_dir."""
@@ -413,8 +539,12 @@ def run_rl(cfg: RLConfig, reward_fn: RewardFn, *, tracking: Tracking | None = No
         return Trainer(cfg, reward_fn, world).train()
 
 
-def prepare_out_dir(cfg: RLConfig, tracking: Tracking | None, restart_if_changed: bool,
-                    world: dist.World = dist.World()) -> Tracking:
+def prepare_out_dir(
+    cfg: RLConfig,
+    tracking: Tracking | None,
+    restart_if_changed: bool,
+    world: dist.World = dist.World(),
+) -> Tracking:
     """restart_if_changed: when cfg.out_dir holds a run of another lineage (config or starting
     model), supersede its MLflow run and start over instead of refusing to resume (what the
     workflow wants when a rule re-runs because its inputs changed). Returns the tracking this
@@ -423,8 +553,9 @@ def prepare_out_dir(cfg: RLConfig, tracking: Tracking | None, restart_if_changed
     if restart_if_changed and world.main:
         lin = ckpt.lineage(to_dict(cfg))
         if ckpt.lineage_changed(cfg.out_dir, lin):
-            print(f"rl: {cfg.out_dir} holds a run of another config or starting model: "
-                  "starting over")
+            print(
+                f"rl: {cfg.out_dir} holds a run of another config or starting model: starting over"
+            )
             supersede(cfg.out_dir, tracking)
             ckpt.reset_run(cfg.out_dir)
         elif latest_checkpoint(pathlib.Path(cfg.out_dir) / "checkpoints") is not None:

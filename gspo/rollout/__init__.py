@@ -36,8 +36,10 @@ def make_engine(name: str, model_path, **options) -> Engine:
     """Build the rollout engine `name` ("torch" or "vllm") over the model at `model_path`."""
     if name == "torch":
         from gspo.rollout.torch_engine import TorchEngine
+
         return TorchEngine(model_path, **options)
     if name == "vllm":
         from gspo.rollout.vllm_engine import VLLMEngine
+
         return VLLMEngine(model_path, **options)
     raise ValueError(f"unknown rollout engine {name!r}; expected one of {list(ENGINES)}")

@@ -11,24 +11,32 @@ from typing import Protocol
 
 @dataclasses.dataclass
 class Completion:
-    token_ids: list[int]      # sampled tokens, including the stop token when one was hit
-    logprobs: list[float]     # one per token in token_ids (see module doc)
-    finish_reason: str = "length"   # "stop" (hit a stop token) or "length"
+    token_ids: list[int]  # sampled tokens, including the stop token when one was hit
+    logprobs: list[float]  # one per token in token_ids (see module doc)
+    finish_reason: str = "length"  # "stop" (hit a stop token) or "length"
     # MoE, when asked (generate(..., return_routing=True)): per MoE layer, the top-k experts the
     # engine's routers picked for every token it fed, (len(prompt) + len(token_ids) - 1, k)
     routing: dict | None = None
 
 
 class Engine(Protocol):
-    def generate(self, prompts: list[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_new_tokens: int, seed: int | list[int],
-                 stop_token_ids: list[int] | None = None,
-                 return_routing: bool = False) -> list[list[Completion]]: ...
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int | list[int],
+        stop_token_ids: list[int] | None = None,
+        return_routing: bool = False,
+    ) -> list[list[Completion]]: ...
 
     # world: the torchrun world, where ranks share the sync's file per node (vLLM)
     def update_weights(self, state_dict, world=None) -> None: ...
 
-    def close(self) -> None: ...     # release processes and memory (vLLM); idempotent
+    def close(self) -> None: ...  # release processes and memory (vLLM); idempotent
 
 
 ENGINES = ("torch", "vllm")

@@ -33,8 +33,13 @@ def _apply_rope(x, cos, sin):
     return x * cos + rot * sin
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gens: list,
-                race: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    gens: list,
+    race: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row, row b with its own generator gens[b] (or with `race` (B, V),
     the rows' noise drawn ahead from them: RaceNoise); return (tokens (B,), log-prob under the
     sampling dist (B,)).
@@ -53,14 +58,14 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gens: li
     if temperature == 0:
         tok = logits.argmax(dim=-1)
         return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None]).squeeze(-1)
-    logp = torch.log_softmax(logits / temperature, dim=-1)                 # (B, V)
+    logp = torch.log_softmax(logits / temperature, dim=-1)  # (B, V)
     if top_p < 1.0:
         sorted_lp, idx = logp.sort(dim=-1, descending=True)
         cum = sorted_lp.exp().cumsum(dim=-1)
-        drop = (cum - sorted_lp.exp()) >= top_p       # keep the smallest prefix reaching top_p
+        drop = (cum - sorted_lp.exp()) >= top_p  # keep the smallest prefix reaching top_p
         sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
         logp = torch.full_like(logp, float("-inf")).scatter(-1, idx, sorted_lp)
-        logp = torch.log_softmax(logp, dim=-1)                             # renormalise nucleus
+        logp = torch.log_softmax(logp, dim=-1)  # renormalise nucleus
     V = logp.shape[-1]
     if race is None:
         race = torch.stack([torch.empty(V).exponential_(generator=g) for g in gens])  # (B, V)
@@ -78,7 +83,7 @@ class RaceNoise:
     def __init__(self, gens: list, V: int, max_new: int, budget: int = 64 << 20):
         self.gens, self.V = gens, V
         self.block = max(1, min(max_new, budget // (4 * V * len(gens))))
-        self.buf = torch.empty(len(gens), self.block, V)             # (N, block, V)
+        self.buf = torch.empty(len(gens), self.block, V)  # (N, block, V)
 
     def at(self, rows: torch.Tensor, t: int) -> torch.Tensor:
         """The noise of `rows` (original row indices, every row alive so far) at step t."""
@@ -86,7 +91,7 @@ class RaceNoise:
         if k == 0:
             for r in rows.tolist():
                 self.buf[r].exponential_(generator=self.gens[r])
-        return self.buf[rows, k]                                     # (len(rows), V)
+        return self.buf[rows, k]  # (len(rows), V)
 
 
 def sample_seeds(seed: int | list[int], n_prompts: int, n: int) -> list[int]:
@@ -97,8 +102,11 @@ def sample_seeds(seed: int | list[int], n_prompts: int, n: int) -> list[int]:
     seeds[i] + j: a prompt's samples then depend neither on the call it was in nor on n (its
     first k samples are the same for any n >= k), given seeds that lie at least n apart
     (gspo.native.data.prompt_seed times n, rollout.base.problem_seed)."""
-    base = ([int(x) for x in seed] if isinstance(seed, list)
-            else [(seed * n_prompts + i) * n for i in range(n_prompts)])
+    base = (
+        [int(x) for x in seed]
+        if isinstance(seed, list)
+        else [(seed * n_prompts + i) * n for i in range(n_prompts)]
+    )
     return [b + j for b in base for j in range(n)]
 
 
@@ -140,8 +148,8 @@ class TorchEngine:
         """
         m = self.model.model
         B, S = ids.shape
-        x = m.embed_tokens(ids)                                            # (B, S, H)
-        cos, sin = m.rotary_emb(x, pos)                                    # (B, S, D)
+        x = m.embed_tokens(ids)  # (B, S, H)
+        cos, sin = m.rotary_emb(x, pos)  # (B, S, D)
         end = start + S
         # (B, 1, S, end): cached keys are visible where valid; new keys causally. A decode
         # step's own slot is valid already (_decode): its mask is the valid slots as they are.
@@ -150,7 +158,7 @@ class TorchEngine:
             causal = torch.ones(S, S, dtype=torch.bool, device=ids.device).tril()
             mask = mask.expand(B, 1, S, end).clone()
             mask[:, :, :, start:end] &= causal
-            mask[:, :, torch.arange(S), start + torch.arange(S)] = True    # never all-masked
+            mask[:, :, torch.arange(S), start + torch.arange(S)] = True  # never all-masked
         for i, layer in enumerate(m.layers):
             attn = layer.self_attn
             h = layer.input_layernorm(x)
@@ -161,40 +169,66 @@ class TorchEngine:
             cache_k[i][:, :, start:end] = k
             cache_v[i][:, :, start:end] = v
             o = F.scaled_dot_product_attention(
-                q, cache_k[i][:, :, :end], cache_v[i][:, :, :end], attn_mask=mask,
-                scale=attn.scaling, enable_gqa=self.n_kv != self.n_heads)
+                q,
+                cache_k[i][:, :, :end],
+                cache_v[i][:, :, :end],
+                attn_mask=mask,
+                scale=attn.scaling,
+                enable_gqa=self.n_kv != self.n_heads,
+            )
             x = x + attn.o_proj(o.transpose(1, 2).reshape(B, S, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         x = m.norm(x[:, -1])
         return self.model.lm_head(x)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
-                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int | list[int] = 0,
-                 stop_token_ids: list[int] | None = None, return_routing: bool = False
-                 ) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | list[int] = 0,
+        stop_token_ids: list[int] | None = None,
+        return_routing: bool = False,
+    ) -> list[list[Completion]]:
         from gspo.model import moe
 
         if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]
         # MoE: the routers' picks, recorded forward by forward (hooks only read them)
         with moe.routing_hooks(self.model, record=return_routing and moe.is_moe(self.model)) as h:
-            return self._generate(prompts, n, temperature, top_p, max_new_tokens, seed,
-                                  stop_token_ids, h if h.record else None)
+            return self._generate(
+                prompts,
+                n,
+                temperature,
+                top_p,
+                max_new_tokens,
+                seed,
+                stop_token_ids,
+                h if h.record else None,
+            )
 
-    def _generate(self, prompts, n, temperature, top_p, max_new_tokens, seed, stop_token_ids,
-                  hooks) -> list[list[Completion]]:
+    def _generate(
+        self, prompts, n, temperature, top_p, max_new_tokens, seed, stop_token_ids, hooks
+    ) -> list[list[Completion]]:
         if stop_token_ids is None:
             eos = self.model.config.eos_token_id
             stop_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
         plen = max(len(p) for p in prompts)
         max_new = min(max_new_tokens, self.max_len - plen)
         if max_new <= 0:
-            raise ValueError(f"prompt of {plen} tokens leaves no room within max length {self.max_len}")
+            raise ValueError(
+                f"prompt of {plen} tokens leaves no room within max length {self.max_len}"
+            )
         st = self._prefill(prompts, n, plen, plen + max_new, hooks)
         # one generator per sample: its draws never depend on the rows it was batched with
-        gen = [torch.Generator(device="cpu").manual_seed(x)
-               for x in sample_seeds(seed, len(prompts), n)]
+        gen = [
+            torch.Generator(device="cpu").manual_seed(x)
+            for x in sample_seeds(seed, len(prompts), n)
+        ]
         out = self._decode(st, plen, max_new, temperature, top_p, gen, stop_token_ids, hooks)
         return _completions(prompts, n, plen, out, st["routed"] if hooks is not None else None)
 
@@ -206,45 +240,57 @@ class TorchEngine:
         ids = torch.zeros(P, plen, dtype=torch.long, device=dev)
         valid = torch.zeros(P, L, dtype=torch.bool, device=dev)
         for i, p in enumerate(prompts):
-            ids[i, plen - len(p):] = torch.tensor(p, device=dev)
-            valid[i, plen - len(p):plen] = True
-        pad = plen - valid[:, :plen].sum(1)                                # (P,)
+            ids[i, plen - len(p) :] = torch.tensor(p, device=dev)
+            valid[i, plen - len(p) : plen] = True
+        pad = plen - valid[:, :plen].sum(1)  # (P,)
         pos = (torch.arange(plen, device=dev)[None, :] - pad[:, None]).clamp(min=0)
         shape = (P, self.n_kv, L, self.head_dim)
         ck = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(self.n_layers)]
         cv = [torch.zeros(shape, dtype=self.dtype, device=dev) for _ in range(self.n_layers)]
-        logits = self._forward(ids, pos, ck, cv, 0, valid)                 # (P, V)
+        logits = self._forward(ids, pos, ck, cv, 0, valid)  # (P, V)
         rep = torch.arange(P, device=dev).repeat_interleave(n)
-        routed = {}     # MoE layer -> (N, L, k): the experts of the token at each cache slot
+        routed = {}  # MoE layer -> (N, L, k): the experts of the token at each cache slot
         if hooks is not None:
-            for i, t in hooks.pop().items():                               # t: (P, plen, k)
+            for i, t in hooks.pop().items():  # t: (P, plen, k)
                 routed[i] = t.new_zeros(P * n, L, t.shape[-1])
                 routed[i][:, :plen] = t.cpu()[rep.cpu()]
-        return {"ck": [c[rep] for c in ck], "cv": [c[rep] for c in cv], "valid": valid[rep],
-                "logits": logits[rep], "pad": pad[rep], "routed": routed, "n": n}
+        return {
+            "ck": [c[rep] for c in ck],
+            "cv": [c[rep] for c in cv],
+            "valid": valid[rep],
+            "logits": logits[rep],
+            "pad": pad[rep],
+            "routed": routed,
+            "n": n,
+        }
 
-    def _decode(self, st: dict, plen: int, max_new: int, temperature, top_p, gen, stop_token_ids,
-                hooks):
+    def _decode(
+        self, st: dict, plen: int, max_new: int, temperature, top_p, gen, stop_token_ids, hooks
+    ):
         """Sample up to max_new tokens per row, dropping rows that hit a stop token; returns
         (tokens (N, max_new), log-probs (N, max_new), lengths (N,), stopped (N,))."""
         dev = self.device
-        ck, cv, valid, logits, pad, routed = (st[k] for k in ("ck", "cv", "valid", "logits",
-                                                               "pad", "routed"))
+        ck, cv, valid, logits, pad, routed = (
+            st[k] for k in ("ck", "cv", "valid", "logits", "pad", "routed")
+        )
         N = logits.shape[0]
         out_tok = torch.zeros(N, max_new, dtype=torch.long)
         out_lp = torch.zeros(N, max_new)
         out_len = torch.full((N,), max_new, dtype=torch.long)
         stopped = torch.zeros(N, dtype=torch.bool)
-        alive = torch.arange(N, device=dev)        # original row index of each batch row
+        alive = torch.arange(N, device=dev)  # original row index of each batch row
         stop = torch.tensor(stop_token_ids, dtype=torch.long, device=dev)
         noise = RaceNoise(gen, logits.shape[-1], max_new) if temperature > 0 else None
         for t in range(max_new):
             rows = alive.cpu()
-            tok, lp = sample_next(logits, temperature, top_p, [],
-                                  noise.at(rows, t) if noise is not None else None)
+            tok, lp = sample_next(
+                logits, temperature, top_p, [], noise.at(rows, t) if noise is not None else None
+            )
             out_tok[rows, t] = tok.cpu()
             out_lp[rows, t] = lp.cpu()
-            done = torch.isin(tok, stop) if stop.numel() else torch.zeros_like(tok, dtype=torch.bool)
+            done = (
+                torch.isin(tok, stop) if stop.numel() else torch.zeros_like(tok, dtype=torch.bool)
+            )
             if done.any():
                 d = rows[done.cpu()]
                 out_len[d] = t + 1
@@ -260,7 +306,7 @@ class TorchEngine:
             pos = (plen + t - pad)[:, None]
             logits = self._forward(tok[:, None], pos, ck, cv, plen + t, valid)
             if hooks is not None:
-                for i, r in hooks.pop().items():                           # r: (alive, 1, k)
+                for i, r in hooks.pop().items():  # r: (alive, 1, k)
                     routed[i][alive.cpu(), plen + t] = r[:, 0].cpu()
         return out_tok, out_lp, out_len, stopped
 
@@ -278,11 +324,17 @@ def _completions(prompts, n: int, plen: int, out, routed) -> list[list[Completio
             routing = None
             if routed is not None:
                 first = plen - len(prompts[i])
-                routing = {li: torch.cat([t[r, first:plen], t[r, plen:plen + k - 1]])
-                           for li, t in routed.items()}
-            group.append(Completion(token_ids=out_tok[r, :k].tolist(),
-                                    logprobs=out_lp[r, :k].tolist(),
-                                    finish_reason="stop" if stopped[r] else "length",
-                                    routing=routing))
+                routing = {
+                    li: torch.cat([t[r, first:plen], t[r, plen : plen + k - 1]])
+                    for li, t in routed.items()
+                }
+            group.append(
+                Completion(
+                    token_ids=out_tok[r, :k].tolist(),
+                    logprobs=out_lp[r, :k].tolist(),
+                    finish_reason="stop" if stopped[r] else "length",
+                    routing=routing,
+                )
+            )
         results.append(group)
     return results

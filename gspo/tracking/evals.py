@@ -25,14 +25,23 @@ def eval_metrics(bench: str, summary: dict, prefix: str) -> dict[str, float]:
     pass_at_<k> for each k, maj_at_k (k = the samples, where the benchmark extracts answers) and
     its CI, cf's rating."""
     s = summary["benchmarks"][bench]
-    m = {f"{prefix}pass_at_1": s["avg@n"], f"{prefix}pass_at_1_ci_low": s["avg@n_ci"][0],
-         f"{prefix}pass_at_1_ci_high": s["avg@n_ci"][1], f"{prefix}n_problems": s["n_problems"]}
+    m = {
+        f"{prefix}pass_at_1": s["avg@n"],
+        f"{prefix}pass_at_1_ci_low": s["avg@n_ci"][0],
+        f"{prefix}pass_at_1_ci_high": s["avg@n_ci"][1],
+        f"{prefix}n_problems": s["n_problems"],
+    }
     for k, v in s.items():
         if k.startswith("pass@") and not k.endswith("_ci") and k not in ("pass@k", "pass@1"):
             m[f"{prefix}pass_at_{k[5:]}"] = v
     if "maj@k" in s:
-        m.update({f"{prefix}maj_at_k": s["maj@k"], f"{prefix}maj_at_k_ci_low": s["maj@k_ci"][0],
-                  f"{prefix}maj_at_k_ci_high": s["maj@k_ci"][1]})
+        m.update(
+            {
+                f"{prefix}maj_at_k": s["maj@k"],
+                f"{prefix}maj_at_k_ci_low": s["maj@k_ci"][0],
+                f"{prefix}maj_at_k_ci_high": s["maj@k_ci"][1],
+            }
+        )
     rating = s.get("rating")
     if isinstance(rating, dict) and rating.get("rating") is not None:
         m[f"{prefix}rating"] = rating["rating"]
@@ -60,8 +69,9 @@ class EvalPoint:
             return cls(0, 0, 0.0, folder)
         metas = sorted(folder.glob("*/checkpoint.json"))
         if not metas:
-            raise FileNotFoundError(f"{folder}: no <benchmark>/checkpoint.json (was the model "
-                                    "a training checkpoint?)")
+            raise FileNotFoundError(
+                f"{folder}: no <benchmark>/checkpoint.json (was the model a training checkpoint?)"
+            )
         meta = json.loads(metas[0].read_text())
         return cls(budget, int(meta["step"]), float(meta["compute_flops"]), folder)
 
@@ -101,18 +111,33 @@ def _log_curve(cl, run_id: str, points: list[EvalPoint]) -> None:
     by_bench: dict[str, list] = {}
     for point in points:
         for bench, _, src in point.summaries():
-            rows = [json.loads(line) for line in (src / "results.jsonl").read_text().splitlines()
-                    if line.strip()] if (src / "results.jsonl").is_file() else []
+            rows = (
+                [
+                    json.loads(line)
+                    for line in (src / "results.jsonl").read_text().splitlines()
+                    if line.strip()
+                ]
+                if (src / "results.jsonl").is_file()
+                else []
+            )
             by_bench.setdefault(bench, []).append(
-                (point, {"samples": {r["id"]: r["scores"] for r in rows if "scores" in r}}))
+                (point, {"samples": {r["id"]: r["scores"] for r in rows if "scores" in r}})
+            )
     for bench, items in by_bench.items():
         ids, k = population([e for _, e in items])
         if not ids or not k:
             continue
         for point, e in items:
-            replace_metrics(cl, run_id, point.step, {
-                f"eval/{bench}/curve_pass_at_1": sum(nested(e, ids, k).values()) / len(ids),
-                f"eval/{bench}/curve_n_problems": len(ids), f"eval/{bench}/curve_samples": k})
+            replace_metrics(
+                cl,
+                run_id,
+                point.step,
+                {
+                    f"eval/{bench}/curve_pass_at_1": sum(nested(e, ids, k).values()) / len(ids),
+                    f"eval/{bench}/curve_n_problems": len(ids),
+                    f"eval/{bench}/curve_samples": k,
+                },
+            )
 
 
 def _sha_text(obj) -> str:
@@ -121,24 +146,47 @@ def _sha_text(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _log_eval_run(cl, exp: str, tags: dict, point: EvalPoint, bench: str, summary: dict,
-                  src: pathlib.Path) -> str:
+def _log_eval_run(
+    cl, exp: str, tags: dict, point: EvalPoint, bench: str, summary: dict, src: pathlib.Path
+) -> str:
     """One MLflow run (stage=eval) for one evaluated model and benchmark, nested under the run
     that trained it (tags carry mlflow.parentRunId), with summary.json and results.jsonl."""
     cfg = summary.get("config", {})
-    tags = {**tags, "budget": str(point.budget), "benchmark": bench, "step": str(point.step),
-            "model": summary["settings"]["model"], "eval_config_sha": _sha_text(cfg)}
-    if cfg.get("protocol"):      # a named evaluation protocol (e.g. the paper's), for filtering
+    tags = {
+        **tags,
+        "budget": str(point.budget),
+        "benchmark": bench,
+        "step": str(point.step),
+        "model": summary["settings"]["model"],
+        "eval_config_sha": _sha_text(cfg),
+    }
+    if cfg.get("protocol"):  # a named evaluation protocol (e.g. the paper's), for filtering
         tags["protocol"] = cfg["protocol"]
-    code = summary.get("provenance") or {}     # the code that evaluated (gspo.infra.provenance)
-    tags.update({k: str(code[key]) for k, key in (("version.gspo-bench", "version"),
-                                                 ("git_commit", "git_commit")) if key in code})
+    code = summary.get("provenance") or {}  # the code that evaluated (gspo.infra.provenance)
+    tags.update(
+        {
+            k: str(code[key])
+            for k, key in (("version.gspo-bench", "version"), ("git_commit", "git_commit"))
+            if key in code
+        }
+    )
     name = f"eval-{tags['variant']}-seed{tags['seed']}-b{point.budget}-{bench}"
     rid = create_run(cl, exp, tags=tags, run_name=name)
     log_params(cl, rid, flatten(cfg))
-    log_metrics(cl, rid, [(point.step, {**eval_metrics(bench, summary, ""),
-                                        "compute_flops": point.compute_flops,
-                                        "step": point.step})])
+    log_metrics(
+        cl,
+        rid,
+        [
+            (
+                point.step,
+                {
+                    **eval_metrics(bench, summary, ""),
+                    "compute_flops": point.compute_flops,
+                    "step": point.step,
+                },
+            )
+        ],
+    )
     for fname in ("summary.json", "results.jsonl"):
         if (src / fname).is_file():
             retry(cl.log_artifact, rid, str(src / fname))
@@ -155,12 +203,17 @@ def _log_into_training_run(cl, run_id: str, bench: str, summary: dict, point: Ev
     if point.step == 0:
         m["compute_flops"] = point.compute_flops
     replace_metrics(cl, run_id, point.step, m)
-    replace_metrics(cl, run_id, int(round(point.compute_flops / 1e9)),
-                    {f"eval_by_gflops/{bench}/pass_at_1": m[f"eval/{bench}/pass_at_1"]})
+    replace_metrics(
+        cl,
+        run_id,
+        int(round(point.compute_flops / 1e9)),
+        {f"eval_by_gflops/{bench}/pass_at_1": m[f"eval/{bench}/pass_at_1"]},
+    )
 
 
-def record_evaluations(run_dir, points: list[EvalPoint], *, tracking: Tracking, variant: str,
-                       seed: int) -> dict:
+def record_evaluations(
+    run_dir, points: list[EvalPoint], *, tracking: Tracking, variant: str, seed: int
+) -> dict:
     """Record the evaluations of the run in `run_dir` (SFT or RL) in MLflow: an eval run per
     (point, benchmark) nested under the run, which replace the eval runs recorded earlier for
     (variant, seed); for an RL run also the scores as its own metrics at each point's step, and
@@ -182,13 +235,20 @@ def record_evaluations(run_dir, points: list[EvalPoint], *, tracking: Tracking, 
     flt = f"tags.stage = 'eval' and tags.variant = '{variant}' and tags.seed = '{seed}'"
     for old in retry(cl.search_runs, [exp], flt, max_results=1000):
         retry(cl.delete_run, old.info.run_id)
-    tags = {"stage": "eval", "algorithm": str(info.get("algorithm") or stage),
-            "variant": variant, "seed": str(seed), "mlflow.parentRunId": rid,
-            "trained_by_run": rid, **{k: str(v) for k, v in tracking.tags.items()}}
+    tags = {
+        "stage": "eval",
+        "algorithm": str(info.get("algorithm") or stage),
+        "variant": variant,
+        "seed": str(seed),
+        "mlflow.parentRunId": rid,
+        "trained_by_run": rid,
+        **{k: str(v) for k, v in tracking.tags.items()},
+    }
     for point in points:
         for bench, summary, src in point.summaries():
             record["eval_runs"][f"b{point.budget}/{bench}"] = _log_eval_run(
-                cl, exp, tags, point, bench, summary, src)
+                cl, exp, tags, point, bench, summary, src
+            )
             if stage == "rl":
                 _log_into_training_run(cl, rid, bench, summary, point)
     if stage == "rl":

@@ -78,8 +78,8 @@ class Tracking:
 
     uri: str | None = None
     experiment: str = DEFAULT_EXPERIMENT
-    run_name: str = ""           # "": <stage>-<algorithm>-seed<seed>
-    tags: dict = dataclasses.field(default_factory=dict)   # extra tags of every run it makes
+    run_name: str = ""  # "": <stage>-<algorithm>-seed<seed>
+    tags: dict = dataclasses.field(default_factory=dict)  # extra tags of every run it makes
 
     @property
     def enabled(self) -> bool:
@@ -94,8 +94,8 @@ class Tracking:
         SQLite store's folder is created first."""
         assert self.uri is not None, "tracking is off: no store to hold an experiment"
         if self.uri.startswith("sqlite:///"):
-            pathlib.Path(self.uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        exp_id = experiment_id(self.client(), self.experiment)    # created when missing
+            pathlib.Path(self.uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        exp_id = experiment_id(self.client(), self.experiment)  # created when missing
         assert exp_id is not None
         return exp_id
 
@@ -178,7 +178,7 @@ class Terminated(SystemExit):
     """Raised in the main thread when the process receives SIGTERM (exit status 128 + signum)."""
 
 
-_RECEIVED: list[int] = []   # SIGTERMs the active terminate_as_exception received
+_RECEIVED: list[int] = []  # SIGTERMs the active terminate_as_exception received
 
 
 @contextlib.contextmanager
@@ -240,8 +240,9 @@ def _warn(msg: str) -> None:
 class StageRun:
     """The MLflow run of one stage (see the module doc); inert when tracking is off."""
 
-    def __init__(self, stage: str, out_dir, *, commit: str = "immediate",
-                 tracking: Tracking | None = None):
+    def __init__(
+        self, stage: str, out_dir, *, commit: str = "immediate", tracking: Tracking | None = None
+    ):
         if commit not in ("immediate", "checkpoint"):
             raise ValueError(f"commit must be 'immediate' or 'checkpoint', got {commit!r}")
         self.stage = stage
@@ -252,8 +253,8 @@ class StageRun:
         self.enabled = self.tracking.enabled
         self.run_id: str | None = None
         self.resume_step: int | None = None
-        self._buffer: list[tuple[int, dict]] = []     # records not yet acknowledged by the store
-        self._client: typing.Any = None               # the store's MlflowClient, once a run exists
+        self._buffer: list[tuple[int, dict]] = []  # records not yet acknowledged by the store
+        self._client: typing.Any = None  # the store's MlflowClient, once a run exists
         self._stored: StoredSteps | None = None
         self._broken = False
 
@@ -345,8 +346,15 @@ class StageRun:
         self._stored = StoredSteps(cl, self.run_id, fresh=True)
         from gspo.io import write_json
 
-        write_json(run_file, {"run_id": self.run_id, "experiment_id": exp_id,
-                              "experiment": exp_name, "tracking_uri": self.uri})
+        write_json(
+            run_file,
+            {
+                "run_id": self.run_id,
+                "experiment_id": exp_id,
+                "experiment": exp_name,
+                "tracking_uri": self.uri,
+            },
+        )
         if info.get("config"):
             log_params(cl, self.run_id, flatten(info["config"]))
         return self.run_id
@@ -356,15 +364,18 @@ class StageRun:
             return
         status = status_for(exc)
         try:
-            if self.run_id is None and (not (self.out_dir / "run_info.json").is_file()
-                                        or (status == "FINISHED" and not self._buffer)):
+            if self.run_id is None and (
+                not (self.out_dir / "run_info.json").is_file()
+                or (status == "FINISHED" and not self._buffer)
+            ):
                 return  # nothing began, or nothing was recorded and nothing went wrong
             run_id = self._ensure_run()
             if status == "FINISHED":
                 self.flush()
             else:
-                self.flush(self._latest_checkpoint_step() if self.commit_mode == "checkpoint"
-                           else None)
+                self.flush(
+                    self._latest_checkpoint_step() if self.commit_mode == "checkpoint" else None
+                )
                 set_tags(self._client, run_id, {"error": f"{type(exc).__name__}: {exc}"[:5000]})
             for name in ARTIFACTS:
                 if (self.out_dir / name).is_file():

@@ -22,21 +22,36 @@ def due(every: int, step: int) -> bool:
     return every > 0 and step % every == 0
 
 
-def rows(step: int, prompts: list[str], completions: list[str], rewards: list[float],
-         advantages: list[float] | None = None, stats: list[list[float]] | None = None,
-         lengths: list[int] | None = None, finish: list[str] | None = None) -> list[dict]:
+def rows(
+    step: int,
+    prompts: list[str],
+    completions: list[str],
+    rewards: list[float],
+    advantages: list[float] | None = None,
+    stats: list[list[float]] | None = None,
+    lengths: list[int] | None = None,
+    finish: list[str] | None = None,
+) -> list[dict]:
     """One dict per sample (module doc); `stats`: [ratio, clip_frac] per sample (NaN: none)."""
     n = len(prompts)
 
     def num(x):
         return None if x is None or not math.isfinite(x) else round(float(x), 6)
-    return [{"step": step, "prompt": prompts[i], "completion": completions[i],
-             "reward": float(rewards[i]),
-             "advantage": num(advantages[i]) if advantages is not None else None,
-             "ratio": num(stats[i][0]) if stats is not None else None,
-             "clip_frac": num(stats[i][1]) if stats is not None else None,
-             "length": lengths[i] if lengths is not None else None,
-             "finish_reason": finish[i] if finish is not None else None} for i in range(n)]
+
+    return [
+        {
+            "step": step,
+            "prompt": prompts[i],
+            "completion": completions[i],
+            "reward": float(rewards[i]),
+            "advantage": num(advantages[i]) if advantages is not None else None,
+            "ratio": num(stats[i][0]) if stats is not None else None,
+            "clip_frac": num(stats[i][1]) if stats is not None else None,
+            "length": lengths[i] if lengths is not None else None,
+            "finish_reason": finish[i] if finish is not None else None,
+        }
+        for i in range(n)
+    ]
 
 
 def write(out_dir, step: int, samples: list[dict]) -> pathlib.Path:

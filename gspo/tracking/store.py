@@ -23,7 +23,9 @@ import time
 import uuid
 
 DEFAULT_EXPERIMENT = "gspo-bench"
-DEFAULT_STORE = "sqlite:///results/mlflow.db"   # where the workflow records, and what readers fall back to
+DEFAULT_STORE = (
+    "sqlite:///results/mlflow.db"  # where the workflow records, and what readers fall back to
+)
 
 
 def client(uri: str):
@@ -45,13 +47,13 @@ def retry(fn, *args, attempts: int = 8, **kwargs):
         except Exception as e:  # noqa: BLE001 - MlflowException / sqlalchemy OperationalError
             if i == attempts - 1 or not _is_locked(e):
                 raise
-            time.sleep(0.2 * 2 ** i)
+            time.sleep(0.2 * 2**i)
 
 
 def artifact_root_for(uri: str) -> str | None:
     """Artifacts of a sqlite store go next to the database file (`<db dir>/mlartifacts`)."""
     if uri.startswith("sqlite:///"):
-        db = pathlib.Path(uri[len("sqlite:///"):])
+        db = pathlib.Path(uri[len("sqlite:///") :])
         return (db.resolve().parent / "mlartifacts").as_uri()
     return None
 
@@ -79,13 +81,18 @@ def experiment_id(cl, name: str, *, create: bool = True) -> str | None:
                 f"MLflow experiment {name!r} (id {exp.experiment_id}) is deleted in "
                 f"{cl.tracking_uri}: restore it (mlflow experiments restore --experiment-id "
                 f"{exp.experiment_id}) or remove it for good (mlflow gc --backend-store-uri "
-                f"{cl.tracking_uri} --experiment-ids {exp.experiment_id})")
+                f"{cl.tracking_uri} --experiment-ids {exp.experiment_id})"
+            )
         return exp.experiment_id
     if not create:
         return None
     try:
-        return retry(cl.create_experiment, name,
-                     artifact_location=artifact_root_for(cl.tracking_uri), tags=EXPERIMENT_KIND)
+        return retry(
+            cl.create_experiment,
+            name,
+            artifact_location=artifact_root_for(cl.tracking_uri),
+            tags=EXPERIMENT_KIND,
+        )
     except Exception:  # noqa: BLE001 - another process created it first
         exp = retry(cl.get_experiment_by_name, name)
         if exp is None:
@@ -155,19 +162,19 @@ class StoredSteps:
         offered = {(k, int(step)): v for step, m in rows for k, v in numeric_metrics(m).items()}
         todo = [Metric(k, v, now, s) for (k, s), v in offered.items() if s not in self.held(k)]
         for i in range(0, len(todo), 1000):
-            chunk = todo[i:i + 1000]
+            chunk = todo[i : i + 1000]
             for attempt in range(attempts):
                 chunk = [m for m in chunk if m.step not in self.held(m.key)]
                 if not chunk:
                     break
                 keys = {m.key for m in chunk}
-                self._unsure |= keys            # until the store answers
+                self._unsure |= keys  # until the store answers
                 try:
                     self.cl.log_batch(self.run_id, metrics=chunk)
                 except Exception as e:  # noqa: BLE001 - MlflowException / OperationalError
                     if attempt == attempts - 1 or not _is_locked(e):
                         raise
-                    time.sleep(0.2 * 2 ** attempt)
+                    time.sleep(0.2 * 2**attempt)
                     continue
                 for m in chunk:
                     self._steps[m.key].add(m.step)
@@ -176,8 +183,9 @@ class StoredSteps:
         return len(todo)
 
 
-def log_metrics(cl, run_id: str, rows: list[tuple[int, dict]],
-                stored: StoredSteps | None = None) -> int:
+def log_metrics(
+    cl, run_id: str, rows: list[tuple[int, dict]], stored: StoredSteps | None = None
+) -> int:
     """Log [(step, {key: value})], each (key, step) once (StoredSteps). Without `stored` the
     run is taken to hold none of these points yet (a new run, or points just deleted)."""
     return (stored or StoredSteps(cl, run_id, fresh=True)).send(rows)
@@ -194,11 +202,15 @@ def replace_metrics(cl, run_id: str, step: int, metrics: dict) -> None:
 
         store = cl._tracking_client.store
         if isinstance(store, SqlAlchemyStore) and keys:
+
             def delete():
                 with store.ManagedSessionMaker(read_only=False) as session:
                     session.query(SqlMetric).filter(
-                        SqlMetric.run_uuid == run_id, SqlMetric.key.in_(keys),
-                        SqlMetric.step == int(step)).delete(synchronize_session=False)
+                        SqlMetric.run_uuid == run_id,
+                        SqlMetric.key.in_(keys),
+                        SqlMetric.step == int(step),
+                    ).delete(synchronize_session=False)
+
             retry(delete)
     except ImportError:
         pass
@@ -222,23 +234,43 @@ def truncate_metrics(cl, run_id: str, after_step: int, *, keep_prefix: str = "ev
 
     def delete():
         with store.ManagedSessionMaker(read_only=False) as session:
-            n = session.query(SqlMetric).filter(
-                SqlMetric.run_uuid == run_id, SqlMetric.step > int(after_step),
-                ~SqlMetric.key.startswith(keep_prefix)).delete(synchronize_session=False)
+            n = (
+                session.query(SqlMetric)
+                .filter(
+                    SqlMetric.run_uuid == run_id,
+                    SqlMetric.step > int(after_step),
+                    ~SqlMetric.key.startswith(keep_prefix),
+                )
+                .delete(synchronize_session=False)
+            )
             # latest_metrics rows pointing past the cut are rebuilt from what is left
-            stale = session.query(SqlLatestMetric).filter(
-                SqlLatestMetric.run_uuid == run_id, SqlLatestMetric.step > int(after_step),
-                ~SqlLatestMetric.key.startswith(keep_prefix)).all()
+            stale = (
+                session.query(SqlLatestMetric)
+                .filter(
+                    SqlLatestMetric.run_uuid == run_id,
+                    SqlLatestMetric.step > int(after_step),
+                    ~SqlLatestMetric.key.startswith(keep_prefix),
+                )
+                .all()
+            )
             for row in stale:
-                last = session.query(SqlMetric).filter(
-                    SqlMetric.run_uuid == run_id, SqlMetric.key == row.key).order_by(
-                    SqlMetric.step.desc(), SqlMetric.timestamp.desc()).first()
+                last = (
+                    session.query(SqlMetric)
+                    .filter(SqlMetric.run_uuid == run_id, SqlMetric.key == row.key)
+                    .order_by(SqlMetric.step.desc(), SqlMetric.timestamp.desc())
+                    .first()
+                )
                 if last is None:
                     session.delete(row)
                 else:
-                    row.step, row.value, row.timestamp, row.is_nan = \
-                        last.step, last.value, last.timestamp, last.is_nan
+                    row.step, row.value, row.timestamp, row.is_nan = (
+                        last.step,
+                        last.value,
+                        last.timestamp,
+                        last.is_nan,
+                    )
             return n
+
     return retry(delete)
 
 
@@ -266,15 +298,16 @@ def stage_runs(cl, exp_id: str, stage: str) -> list:
     """Every run of the experiment tagged `stage`, across result pages."""
     out, token = [], None
     while True:
-        page = retry(cl.search_runs, [exp_id], f"tags.stage = '{stage}'", max_results=1000,
-                     page_token=token)
+        page = retry(
+            cl.search_runs, [exp_id], f"tags.stage = '{stage}'", max_results=1000, page_token=token
+        )
         out += list(page)
         token = page.token
         if not token:
             return out
 
 
-CREATE_TOKEN = "gspo.create_token"     # the tag create_run finds a run it made by
+CREATE_TOKEN = "gspo.create_token"  # the tag create_run finds a run it made by
 
 
 def create_run(cl, exp_id: str, *, tags: dict[str, str], run_name: str) -> str:
@@ -288,7 +321,7 @@ def create_run(cl, exp_id: str, *, tags: dict[str, str], run_name: str) -> str:
         except Exception as e:  # noqa: BLE001
             if attempt == 7 or not _is_locked(e):
                 raise
-            time.sleep(0.2 * 2 ** attempt)
+            time.sleep(0.2 * 2**attempt)
             found = retry(cl.search_runs, [exp_id], f"tags.`{CREATE_TOKEN}` = '{token}'")
             if found:
                 return found[0].info.run_id
@@ -314,11 +347,13 @@ def log_params(cl, run_id: str, params: dict[str, str]) -> None:
     held = retry(cl.get_run, run_id).data.params
     for k, v in sorted(params.items()):
         if k in held and held[k] != v:
-            raise ValueError(f"MLflow run {run_id}: param {k!r} is already {held[k]!r}, not "
-                             f"{v!r}: start a new run for a changed config")
+            raise ValueError(
+                f"MLflow run {run_id}: param {k!r} is already {held[k]!r}, not "
+                f"{v!r}: start a new run for a changed config"
+            )
     items = [Param(k, v) for k, v in sorted(params.items()) if k not in held]
     for i in range(0, len(items), 100):
-        retry(cl.log_batch, run_id, params=items[i:i + 100])
+        retry(cl.log_batch, run_id, params=items[i : i + 100])
 
 
 def set_tags(cl, run_id: str, tags: dict[str, str]) -> None:
@@ -327,4 +362,4 @@ def set_tags(cl, run_id: str, tags: dict[str, str]) -> None:
 
     items = [RunTag(k, v) for k, v in tags.items()]
     for i in range(0, len(items), 100):
-        retry(cl.log_batch, run_id, tags=items[i:i + 100])
+        retry(cl.log_batch, run_id, tags=items[i : i + 100])

@@ -97,9 +97,16 @@ from pipeline.report.stats import (  # noqa: F401
 from pipeline.report.verdicts import MOE_CLAIM, moe_verdict  # noqa: F401
 
 
-def build(experiment: str, out: pathlib.Path, *, uri: str | None = None,
-          settings: dict | None = None, log_to_mlflow: bool = True,
-          tags: dict | None = None, selection: dict | None = None) -> dict:
+def build(
+    experiment: str,
+    out: pathlib.Path,
+    *,
+    uri: str | None = None,
+    settings: dict | None = None,
+    log_to_mlflow: bool = True,
+    tags: dict | None = None,
+    selection: dict | None = None,
+) -> dict:
     """Build the report of `experiment` into `out`; returns its headline numbers. With
     log_to_mlflow, `out` becomes the artifacts of a fresh run tagged stage=report plus `tags`."""
     from pipeline.report import claims, figures, files

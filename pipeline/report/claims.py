@@ -43,8 +43,8 @@ import statistics
 from pipeline.report import stats
 from pipeline.report.resample import MIN_RUNS, TOO_FEW_RUNS
 
-NONINFERIORITY_FRACTION = 0.2   # "at least as well": GSPO keeps >= 80% of GRPO's gain over SFT
-COMPUTE_TOLERANCE = 0.10    # relative FLOPs difference still counted as matched compute
+NONINFERIORITY_FRACTION = 0.2  # "at least as well": GSPO keeps >= 80% of GRPO's gain over SFT
+COMPUTE_TOLERANCE = 0.10  # relative FLOPs difference still counted as matched compute
 CLAIMS = {
     "clipping": "(a) GSPO clips far more tokens (~100x) yet learns at least as well as GRPO",
     "compute": "(b) GSPO scores higher than GRPO at matched training compute",
@@ -52,21 +52,30 @@ CLAIMS = {
     "moe": "(d) GSPO needs no Routing Replay on MoE models",
     "engine": "(e) GSPO tolerates the inference engine's likelihoods in place of recomputed ones",
 }
-RELATED = {"moe": "moe", "engine": "precision"}     # the experiments that measure (d) and (e)
+RELATED = {"moe": "moe", "engine": "precision"}  # the experiments that measure (d) and (e)
 
 
 def _interval(d: dict) -> str:
     """A difference with its interval, the runs behind it and its run-to-run share."""
     notes = ([f"{d['runs']} runs"] if d.get("runs") is not None else []) + (
         [f"{d['var_share_runs']:.0%} of its variance run-to-run"]
-        if d.get("var_share_runs") is not None else [])
-    return (f"{d['diff']:+.3f} [{d['diff_ci_low']:+.3f}, {d['diff_ci_high']:+.3f}]"
-            + (f" ({'; '.join(notes)})" if notes else ""))
+        if d.get("var_share_runs") is not None
+        else []
+    )
+    return f"{d['diff']:+.3f} [{d['diff_ci_low']:+.3f}, {d['diff_ci_high']:+.3f}]" + (
+        f" ({'; '.join(notes)})" if notes else ""
+    )
 
 
 def _row(key: str, measured: str, verdict: str, why: str, **extra) -> dict:
-    return {"claim": CLAIMS[key], "key": key, "measured": measured, "verdict": verdict,
-            "why": why, **extra}
+    return {
+        "claim": CLAIMS[key],
+        "key": key,
+        "measured": measured,
+        "verdict": verdict,
+        "why": why,
+        **extra,
+    }
 
 
 def _enough_runs(row: dict, runs: int | None) -> dict:
@@ -74,9 +83,15 @@ def _enough_runs(row: dict, runs: int | None) -> dict:
     training runs" in place of its verdict; what was measured stays."""
     if runs is None or runs >= MIN_RUNS or row["verdict"] == "not measured here":
         return row
-    return {**row, "verdict": TOO_FEW_RUNS, "runs": runs,
-            "why": (f"{runs} training run(s) of a compared variant; a verdict about the algorithm "
-                    f"needs at least {MIN_RUNS} (fewer cannot measure the run-to-run variance)")}
+    return {
+        **row,
+        "verdict": TOO_FEW_RUNS,
+        "runs": runs,
+        "why": (
+            f"{runs} training run(s) of a compared variant; a verdict about the algorithm "
+            f"needs at least {MIN_RUNS} (fewer cannot measure the run-to-run variance)"
+        ),
+    }
 
 
 def _seed_clip_ratios(runs_a, runs_b) -> list[float]:
@@ -112,28 +127,41 @@ def clipping(groups: dict, diffs: dict, conf: float, margins: dict) -> dict:
     if not ratios or not diffs:
         return _row("clipping", "-", "not measured here", "no clip fractions or scores of both")
     mean_ratio = statistics.mean(ratios)
-    measured = (f"clip ratio GSPO/GRPO {mean_ratio:.1f}x (seeds {min(ratios):.1f}-"
-                f"{max(ratios):.1f}x); pass@1 GSPO - GRPO: {_diffs_text(diffs)}; margins "
-                f"({NONINFERIORITY_FRACTION:.0%} of GRPO's gain over SFT): "
-                f"{_margins_text(margins)}")
+    measured = (
+        f"clip ratio GSPO/GRPO {mean_ratio:.1f}x (seeds {min(ratios):.1f}-"
+        f"{max(ratios):.1f}x); pass@1 GSPO - GRPO: {_diffs_text(diffs)}; margins "
+        f"({NONINFERIORITY_FRACTION:.0%} of GRPO's gain over SFT): "
+        f"{_margins_text(margins)}"
+    )
     worse = [b for b, d in diffs.items() if d["diff_ci_high"] < -margins[b]]
     unsure = [b for b, d in diffs.items() if d["diff_ci_low"] <= -margins[b]]
     if min(ratios) <= 1 or worse:
         verdict = "not reproduced"
-        why = ("GSPO clipped no more tokens than GRPO in some seed" if min(ratios) <= 1 else
-               f"GSPO scored lower by more than its margin on {', '.join(worse)} (the whole "
-               f"{conf:.0%} interval)")
+        why = (
+            "GSPO clipped no more tokens than GRPO in some seed"
+            if min(ratios) <= 1
+            else f"GSPO scored lower by more than its margin on {', '.join(worse)} (the whole "
+            f"{conf:.0%} interval)"
+        )
     elif not unsure:
         verdict = "reproduced"
-        why = ("GSPO clipped more in every seed and every benchmark's interval lies above "
-               "minus its margin")
+        why = (
+            "GSPO clipped more in every seed and every benchmark's interval lies above "
+            "minus its margin"
+        )
     else:
         flat = [b for b in unsure if margins[b] == 0]
         verdict = "inconclusive at this sample size"
-        why = (f"the interval on {', '.join(unsure)} reaches below minus its margin: a loss "
-               "cannot be ruled out" + (
-                   f" (on {', '.join(flat)} GRPO shows no gain over the SFT model to keep, so "
-                   "only a higher score would show GSPO learns at least as well)" if flat else ""))
+        why = (
+            f"the interval on {', '.join(unsure)} reaches below minus its margin: a loss "
+            "cannot be ruled out"
+            + (
+                f" (on {', '.join(flat)} GRPO shows no gain over the SFT model to keep, so "
+                "only a higher score would show GSPO learns at least as well)"
+                if flat
+                else ""
+            )
+        )
     return _row("clipping", measured, verdict, why, clip_ratio=mean_ratio, margins=margins)
 
 
@@ -143,12 +171,18 @@ def compute(groups: dict, diffs: dict, conf: float) -> dict:
     if not diffs or not all(flops):
         return _row("compute", "-", "not measured here", "no final scores or compute of both")
     ratio = flops[0] / flops[1]
-    measured = (f"pass@1 GSPO - GRPO at the final budget: {_diffs_text(diffs)}; training "
-                f"compute GSPO/GRPO {ratio:.2f}")
+    measured = (
+        f"pass@1 GSPO - GRPO at the final budget: {_diffs_text(diffs)}; training "
+        f"compute GSPO/GRPO {ratio:.2f}"
+    )
     if abs(ratio - 1) > COMPUTE_TOLERANCE:
-        return _row("compute", measured, "inconclusive at this sample size",
-                    f"compute differs by more than {COMPUTE_TOLERANCE:.0%}: not matched",
-                    compute_ratio=ratio)
+        return _row(
+            "compute",
+            measured,
+            "inconclusive at this sample size",
+            f"compute differs by more than {COMPUTE_TOLERANCE:.0%}: not matched",
+            compute_ratio=ratio,
+        )
     above = [b for b, d in diffs.items() if d["diff_ci_low"] > 0]
     below = [b for b, d in diffs.items() if d["diff_ci_high"] < 0]
     if above and not below:
@@ -159,8 +193,11 @@ def compute(groups: dict, diffs: dict, conf: float) -> dict:
         why = f"lower on {', '.join(below)} (whole {conf:.0%} interval below 0), higher on none"
     else:
         verdict = "inconclusive at this sample size"
-        why = (f"mixed: higher on {', '.join(above)}, lower on {', '.join(below)}" if above else
-               "every interval contains 0")
+        why = (
+            f"mixed: higher on {', '.join(above)}, lower on {', '.join(below)}"
+            if above
+            else "every interval contains 0"
+        )
     return _row("compute", measured, verdict, why, compute_ratio=ratio)
 
 
@@ -168,14 +205,23 @@ def stability(stab: list[dict]) -> dict:
     per = {}
     for alg in ("gspo", "grpo"):
         rows = [r for r in stab if r["variant"] == alg]
-        drops = [r["best_smoothed_reward"] - r["final_smoothed_reward"] for r in rows
-                 if r["best_smoothed_reward"] is not None and r["final_smoothed_reward"] is not None]
-        per[alg] = (sum(bool(r["collapsed"]) for r in rows), len(rows),
-                    statistics.mean(drops) if drops else None)
+        drops = [
+            r["best_smoothed_reward"] - r["final_smoothed_reward"]
+            for r in rows
+            if r["best_smoothed_reward"] is not None and r["final_smoothed_reward"] is not None
+        ]
+        per[alg] = (
+            sum(bool(r["collapsed"]) for r in rows),
+            len(rows),
+            statistics.mean(drops) if drops else None,
+        )
     if not per["gspo"][1] or not per["grpo"][1]:
         return _row("stability", "-", "not measured here", "needs runs of both")
-    measured = "; ".join(f"{a.upper()} collapsed {c}/{n}, reward drop best-final "
-                         + (f"{d:.3f}" if d is not None else "-") for a, (c, n, d) in per.items())
+    measured = "; ".join(
+        f"{a.upper()} collapsed {c}/{n}, reward drop best-final "
+        + (f"{d:.3f}" if d is not None else "-")
+        for a, (c, n, d) in per.items()
+    )
     (gc, gn, _), (rc, rn, _) = per["gspo"], per["grpo"]
     if rc > 0 and gc == 0:
         verdict, why = "reproduced", "GRPO collapsed in some runs, GSPO in none"
@@ -183,49 +229,81 @@ def stability(stab: list[dict]) -> dict:
         verdict, why = "not reproduced", "GSPO collapsed at least as often as GRPO"
     else:
         verdict = "inconclusive at this sample size"
-        why = ("no run collapsed, so these runs cannot tell the two apart" if gc == rc == 0 else
-               "both collapsed, GSPO less often: too few runs to tell")
+        why = (
+            "no run collapsed, so these runs cannot tell the two apart"
+            if gc == rc == 0
+            else "both collapsed, GSPO less often: too few runs to tell"
+        )
     return _enough_runs(_row("stability", measured, verdict, why), min(gn, rn))
 
 
 def moe(report) -> dict:
     if not report.moe:
-        return _row("moe", "-", "not measured here",
-                    "this experiment trains a dense model; config/moe.yaml runs the ablation",
-                    experiment=RELATED["moe"])
+        return _row(
+            "moe",
+            "-",
+            "not measured here",
+            "this experiment trains a dense model; config/moe.yaml runs the ablation",
+            experiment=RELATED["moe"],
+        )
     lines = report.moe.get("verdict_lines") or []
     last = lines[-1] if lines else ""
-    verdict = ("reproduced" if "consistent with the paper" in last.lower() else
-               "not reproduced" if "not reproduced" in last.lower() else
-               TOO_FEW_RUNS if TOO_FEW_RUNS in last.lower() else
-               "inconclusive at this sample size")
-    return _row("moe", "; ".join(f"{p['variant']} - {p['against']} {_interval(p)}"
-                                 for p in report.moe.get("pairs") or []) or "-",
-                verdict, last or "see the MoE section")
+    verdict = (
+        "reproduced"
+        if "consistent with the paper" in last.lower()
+        else "not reproduced"
+        if "not reproduced" in last.lower()
+        else TOO_FEW_RUNS
+        if TOO_FEW_RUNS in last.lower()
+        else "inconclusive at this sample size"
+    )
+    return _row(
+        "moe",
+        "; ".join(
+            f"{p['variant']} - {p['against']} {_interval(p)}" for p in report.moe.get("pairs") or []
+        )
+        or "-",
+        verdict,
+        last or "see the MoE section",
+    )
 
 
 def engine(report, rows_of: dict) -> dict:
     """(e): the GSPO variant on the engine's likelihoods against its baseline, non-inferior
     within the margin of the baseline's gain over the SFT model (`rows_of`: (variant,
     benchmark) -> final-score row)."""
-    rows = [c for c in report.comparisons if c.get("logprob_gap_token") is not None
-            and c.get("baseline_logprob_gap_token") is None and c.get("diff") is not None
-            and c["algorithm"] == "gspo"]
+    rows = [
+        c
+        for c in report.comparisons
+        if c.get("logprob_gap_token") is not None
+        and c.get("baseline_logprob_gap_token") is None
+        and c.get("diff") is not None
+        and c["algorithm"] == "gspo"
+    ]
     if not rows:
-        return _row("engine", "-", "not measured here",
-                    "no GSPO variant here takes the engine's log-probs; config/precision.yaml "
-                    "runs that comparison", experiment=RELATED["engine"])
+        return _row(
+            "engine",
+            "-",
+            "not measured here",
+            "no GSPO variant here takes the engine's log-probs; config/precision.yaml "
+            "runs that comparison",
+            experiment=RELATED["engine"],
+        )
     c = rows[0]
-    measured = (f"{c['variant']} - {c['baseline']} ({c['benchmark']} pass@1) {_interval(c)}, "
-                f"log-prob gap per token {c['logprob_gap_token']:.2e}")
+    measured = (
+        f"{c['variant']} - {c['baseline']} ({c['benchmark']} pass@1) {_interval(c)}, "
+        f"log-prob gap per token {c['logprob_gap_token']:.2e}"
+    )
     m = margin((rows_of.get((c["baseline"], c["benchmark"])) or {}).get("vs_sft_ci_low"))
     if c["diff_ci_high"] < -m:
         verdict, why = "not reproduced", "the engine's likelihoods made GSPO score lower"
     elif c["diff_ci_low"] > -m:
         verdict, why = "reproduced", f"the interval lies above -{m:.3f} (its margin)"
     else:
-        verdict, why = "inconclusive at this sample size", \
-            f"the interval reaches below -{m:.3f} (its margin)"
+        verdict, why = (
+            "inconclusive at this sample size",
+            f"the interval reaches below -{m:.3f} (its margin)",
+        )
     return _enough_runs(_row("engine", measured, verdict, why), c.get("runs"))
 
 
@@ -237,19 +315,29 @@ def claims(report) -> list[dict]:
     diffs = {}
     for bench in dict.fromkeys(r["benchmark"] for r in report.table):
         pair = rows_of.get(("gspo", bench)), rows_of.get(("grpo", bench))
-        d = stats.paired_diff(*pair, iters=report.settings["bootstrap_iters"],
-                              confidence=conf) if all(pair) else {}
+        d = (
+            stats.paired_diff(*pair, iters=report.settings["bootstrap_iters"], confidence=conf)
+            if all(pair)
+            else {}
+        )
         if d:
             diffs[bench] = d
     both = "gspo" in groups and "grpo" in groups
     # the fewest training runs behind a number of (a) and (b): each algorithm's, each interval's
-    runs = min([len(groups[a]) for a in ("gspo", "grpo") if a in groups]
-               + [d["runs"] for d in diffs.values() if d.get("runs") is not None], default=None)
+    runs = min(
+        [len(groups[a]) for a in ("gspo", "grpo") if a in groups]
+        + [d["runs"] for d in diffs.values() if d.get("runs") is not None],
+        default=None,
+    )
     margins = {b: margin((rows_of.get(("grpo", b)) or {}).get("vs_sft_ci_low")) for b in diffs}
-    out = [_enough_runs(clipping(groups, diffs, conf, margins), runs) if both else
-           _row("clipping", "-", "not measured here", "needs the variants gspo and grpo"),
-           _enough_runs(compute(groups, diffs, conf), runs) if both else
-           _row("compute", "-", "not measured here", "needs the variants gspo and grpo")]
+    out = [
+        _enough_runs(clipping(groups, diffs, conf, margins), runs)
+        if both
+        else _row("clipping", "-", "not measured here", "needs the variants gspo and grpo"),
+        _enough_runs(compute(groups, diffs, conf), runs)
+        if both
+        else _row("compute", "-", "not measured here", "needs the variants gspo and grpo"),
+    ]
     out += [stability(report.stability), moe(report), engine(report, rows_of)]
     return out
 
@@ -261,5 +349,10 @@ def link_related(rows: list[dict], out) -> None:
 
     for row in rows:
         exp = row.get("experiment")
-        if exp and (pathlib.Path(out).resolve().parent.parent / exp / "report" / "index.html").is_file():
+        if (
+            exp
+            and (
+                pathlib.Path(out).resolve().parent.parent / exp / "report" / "index.html"
+            ).is_file()
+        ):
             row["link"] = f"../../{exp}/report/index.html"

@@ -41,9 +41,29 @@ import numpy as np
 from gspo.tracking.evals import nested, population
 from pipeline.report import resample
 
-CURVE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "compute_flops", "seeds",
-              "n_problems", "samples", "pass_at_1", "ci_low", "ci_high", "seed_min", "seed_max",
-              "var_runs", "var_problems", "var_draw", "draw_share", "elo", "elo_low", "elo_high"]
+CURVE_COLS = [
+    "variant",
+    "algorithm",
+    "benchmark",
+    "budget",
+    "step",
+    "compute_flops",
+    "seeds",
+    "n_problems",
+    "samples",
+    "pass_at_1",
+    "ci_low",
+    "ci_high",
+    "seed_min",
+    "seed_max",
+    "var_runs",
+    "var_problems",
+    "var_draw",
+    "draw_share",
+    "elo",
+    "elo_low",
+    "elo_high",
+]
 
 
 def nested_evals(data: dict) -> tuple[list[dict], dict]:
@@ -63,39 +83,50 @@ def nested_evals(data: dict) -> tuple[list[dict], dict]:
 
 def _draw_variance(es: list[dict], ids: list[str], k: int) -> float | None:
     """var_draw of a point over evaluations `es` (module doc)."""
-    if k < 2:      # one sample (or unknown: k = 0) has no spread to measure
+    if k < 2:  # one sample (or unknown: k = 0) has no spread to measure
         return None
     per_run = []
-    for e in es:            # e["problems"]: the first k samples' mean (nested_evals)
+    for e in es:  # e["problems"]: the first k samples' mean (nested_evals)
         p = np.array([e["problems"][i] for i in ids])
         per_run.append(float((p * (1 - p) / (k - 1)).sum()) / len(ids) ** 2)
     return statistics.mean(per_run)
 
 
-def _point(es: list[dict], ids: list[str], k: int, *, fixed: bool, iters: int,
-           confidence: float) -> dict:
+def _point(
+    es: list[dict], ids: list[str], k: int, *, fixed: bool, iters: int, confidence: float
+) -> dict:
     """One point: evaluations `es` (one per seed, or the SFT model's) on the population."""
     from pipeline.report.stats import elo
 
     runs = [(e["seed"], e["problems"]) for e in es]
-    if fixed:          # the SFT model: one run by design, its evaluations averaged
+    if fixed:  # the SFT model: one run by design, its evaluations averaged
         runs = [("sft", {i: statistics.mean(e["problems"][i] for e in es) for i in ids})]
     x = resample.run_matrix(runs, ids)
-    ci = resample.interval([resample.Arm(1.0, x, fixed)], iters=iters, confidence=confidence,
-                           bounds=(0.0, 1.0))
+    ci = resample.interval(
+        [resample.Arm(1.0, x, fixed)], iters=iters, confidence=confidence, bounds=(0.0, 1.0)
+    )
     per_seed = [statistics.mean(e["problems"][i] for i in ids) for e in es]
     var_draw = _draw_variance(es, ids, k)
     total = (ci["var_runs"] or 0.0) + ci["var_problems"]
     comp = [e.get("compute_flops") or 0.0 for e in es]
-    return {"step": es[0]["step"], "compute_flops": 0.0 if fixed else statistics.mean(comp),
-            "seeds": len(es), "n_problems": len(ids), "samples": k or None,
-            "pass_at_1": ci["estimate"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"],
-            "seed_min": min(per_seed), "seed_max": max(per_seed), "var_runs": ci["var_runs"],
-            "var_problems": ci["var_problems"], "var_draw": var_draw,
-            # an upper bound (the draw counted as shared by every run), so capped at the whole
-            "draw_share": min(1.0, var_draw / total) if var_draw is not None and total > 0
-            else None,
-            **elo(es, ids, x.mean(axis=0).tolist(), confidence=confidence)}
+    return {
+        "step": es[0]["step"],
+        "compute_flops": 0.0 if fixed else statistics.mean(comp),
+        "seeds": len(es),
+        "n_problems": len(ids),
+        "samples": k or None,
+        "pass_at_1": ci["estimate"],
+        "ci_low": ci["ci_low"],
+        "ci_high": ci["ci_high"],
+        "seed_min": min(per_seed),
+        "seed_max": max(per_seed),
+        "var_runs": ci["var_runs"],
+        "var_problems": ci["var_problems"],
+        "var_draw": var_draw,
+        # an upper bound (the draw counted as shared by every run), so capped at the whole
+        "draw_share": min(1.0, var_draw / total) if var_draw is not None and total > 0 else None,
+        **elo(es, ids, x.mean(axis=0).tolist(), confidence=confidence),
+    }
 
 
 def curve_points(evals: list[dict], pops: dict, *, iters: int, confidence: float) -> list[dict]:
@@ -113,22 +144,29 @@ def curve_points(evals: list[dict], pops: dict, *, iters: int, confidence: float
             seeds = sorted({e["seed"] for e in es})
             alg = es[0]["algorithm"]
             if base is not None:
-                rows.append({"variant": var, "algorithm": alg, "benchmark": bench, "budget": 0,
-                             **base})
+                rows.append(
+                    {"variant": var, "algorithm": alg, "benchmark": bench, "budget": 0, **base}
+                )
             for b in sorted({e["budget"] for e in es}):
                 at = sorted((e for e in es if e["budget"] == b), key=lambda e: e["seed"])
                 if [e["seed"] for e in at] != seeds:
-                    continue                      # a budget some run has not reached yet
-                rows.append({"variant": var, "algorithm": alg, "benchmark": bench, "budget": b,
-                             **_point(at, ids, k, fixed=False, iters=iters,
-                                      confidence=confidence)})
+                    continue  # a budget some run has not reached yet
+                rows.append(
+                    {
+                        "variant": var,
+                        "algorithm": alg,
+                        "benchmark": bench,
+                        "budget": b,
+                        **_point(at, ids, k, fixed=False, iters=iters, confidence=confidence),
+                    }
+                )
     return rows
 
 
 def _mean_sd(points: list[dict], key: str) -> float | None:
     """The mean standard deviation over `points` whose variance `key` is known (None: none)."""
     vals = [p[key] for p in points if p[key] is not None]
-    return statistics.mean(v ** 0.5 for v in vals) if vals else None
+    return statistics.mean(v**0.5 for v in vals) if vals else None
 
 
 def draw_summary(points: list[dict]) -> list[dict]:
@@ -141,12 +179,19 @@ def draw_summary(points: list[dict]) -> list[dict]:
         if not ps:
             continue
         shares = [p["draw_share"] for p in ps if p["draw_share"] is not None]
-        out.append({"benchmark": bench, "n_problems": ps[0]["n_problems"],
-                    "samples": ps[0]["samples"], "points": len(ps),
-                    "sd_point": statistics.mean((p["var_problems"] + (p["var_runs"] or 0)) ** 0.5
-                                                for p in ps),
-                    "sd_runs": _mean_sd(ps, "var_runs"),
-                    "sd_problems": _mean_sd(ps, "var_problems"),
-                    "sd_draw": _mean_sd(ps, "var_draw"),
-                    "draw_share": statistics.mean(shares) if shares else None})
+        out.append(
+            {
+                "benchmark": bench,
+                "n_problems": ps[0]["n_problems"],
+                "samples": ps[0]["samples"],
+                "points": len(ps),
+                "sd_point": statistics.mean(
+                    (p["var_problems"] + (p["var_runs"] or 0)) ** 0.5 for p in ps
+                ),
+                "sd_runs": _mean_sd(ps, "var_runs"),
+                "sd_problems": _mean_sd(ps, "var_problems"),
+                "sd_draw": _mean_sd(ps, "var_draw"),
+                "draw_share": statistics.mean(shares) if shares else None,
+            }
+        )
     return out

@@ -8,9 +8,17 @@ import pathlib
 from evaluators.tasks import TITLES
 from pipeline.report.stats import curve
 
-COLORS = {"grpo": "#d62728", "gspo": "#1f77b4", "gspo_token": "#2ca02c", "dapo": "#ff7f0e",
-          "dr_grpo": "#9467bd", "cispo": "#8c564b", "gmpo": "#e377c2", "sapo": "#17becf",
-          "sft": "#555555"}
+COLORS = {
+    "grpo": "#d62728",
+    "gspo": "#1f77b4",
+    "gspo_token": "#2ca02c",
+    "dapo": "#ff7f0e",
+    "dr_grpo": "#9467bd",
+    "cispo": "#8c564b",
+    "gmpo": "#e377c2",
+    "sapo": "#17becf",
+    "sft": "#555555",
+}
 
 
 def _plt():
@@ -19,8 +27,15 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"figure.dpi": 110, "savefig.dpi": 110, "font.size": 9,
-                         "svg.hashsalt": "gspo", "path.simplify": False})
+    plt.rcParams.update(
+        {
+            "figure.dpi": 110,
+            "savefig.dpi": 110,
+            "font.size": 9,
+            "svg.hashsalt": "gspo",
+            "path.simplify": False,
+        }
+    )
     return plt
 
 
@@ -42,8 +57,11 @@ def style(variant: str, runs) -> dict:
     if variant == alg:
         return {"color": COLORS.get(alg), "linestyle": "-", "marker": "o"}
     k = sum(map(ord, variant))
-    return {"color": COLORS.get(alg), "linestyle": ("--", ":", "-.")[k % 3],
-            "marker": ("s", "^", "D", "v")[k % 4]}
+    return {
+        "color": COLORS.get(alg),
+        "linestyle": ("--", ":", "-.")[k % 3],
+        "marker": ("s", "^", "D", "v")[k % 4],
+    }
 
 
 def fig_score(report, path: pathlib.Path):
@@ -63,22 +81,34 @@ def fig_score(report, path: pathlib.Path):
     for ax, (bench, metric, title, ylabel) in zip(axes[0], panels):
         band = ("ci_low", "ci_high") if metric == "pass_at_1" else ("elo_low", "elo_high")
         for var, runs in sorted(report.by_variant.items()):
-            pts = [p for p in report.curve if p["variant"] == var and p["benchmark"] == bench
-                   and p.get(metric) is not None]
+            pts = [
+                p
+                for p in report.curve
+                if p["variant"] == var and p["benchmark"] == bench and p.get(metric) is not None
+            ]
             if not pts:
                 continue
             xs = [p["compute_flops"] for p in pts]
             st = style(var, runs)
             ax.plot(xs, [p[metric] for p in pts], label=f"{var} (n={len(runs)})", **st)
-            ax.fill_between(xs, [p[band[0]] for p in pts], [p[band[1]] for p in pts],
-                            color=st["color"], alpha=0.18, linewidth=0)
+            ax.fill_between(
+                xs,
+                [p[band[0]] for p in pts],
+                [p[band[1]] for p in pts],
+                color=st["color"],
+                alpha=0.18,
+                linewidth=0,
+            )
             fitted = fits.get((var, bench)) if metric == "pass_at_1" else None
             if fitted:
                 fx, fy = zip(*fitted)
                 ax.plot(fx, fy, color=st["color"], linestyle="--", linewidth=1)
         n_probs, k = pops[bench]
-        ax.set_title(f"{title}\nevery point: {n_probs} problems x "
-                     f"{f'{k} samples' if k else 'their samples'}", fontsize=9)
+        ax.set_title(
+            f"{title}\nevery point: {n_probs} problems x "
+            f"{f'{k} samples' if k else 'their samples'}",
+            fontsize=9,
+        )
         ax.set_xlabel("RL training compute (FLOPs)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -93,22 +123,32 @@ def fig_final(report, path: pathlib.Path):
     plt = _plt()
     benches = list(dict.fromkeys(r["benchmark"] for r in report.table))
     n = max(1, len(benches))
-    fig, axes = plt.subplots(1, n, figsize=(max(4.2, 1.1 * len(report.by_variant) + 2) * n, 3.4),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, n, figsize=(max(4.2, 1.1 * len(report.by_variant) + 2) * n, 3.4), squeeze=False
+    )
     for ax, bench in zip(axes[0], benches):
         rows = [r for r in report.table if r["benchmark"] == bench]
         for x, r in enumerate(rows):
             color = style(r["variant"], report.by_variant.get(r["variant"], []))["color"] or "#555"
-            ax.errorbar([x], [r["pass_at_1"]], yerr=[[r["pass_at_1"] - r["ci_low"]],
-                                                     [r["ci_high"] - r["pass_at_1"]]],
-                        fmt="s", color=color, capsize=4, markersize=6)
+            ax.errorbar(
+                [x],
+                [r["pass_at_1"]],
+                yerr=[[r["pass_at_1"] - r["ci_low"]], [r["ci_high"] - r["pass_at_1"]]],
+                fmt="s",
+                color=color,
+                capsize=4,
+                markersize=6,
+            )
             seeds = r.get("per_seed") or []
             # the runs beside the bar, spread a little so equal scores stay visible
             xs = [x + 0.18 + 0.04 * (k - (len(seeds) - 1) / 2) for k in range(len(seeds))]
             ax.plot(xs, seeds, "o", color=color, alpha=0.6, markersize=3.5, linestyle="none")
         ax.set_xticks(range(len(rows)), [r["variant"] for r in rows], rotation=20)
-        ax.set_title(f"{TITLES.get(bench, bench)}\nbar: {report.settings['confidence']:.0%} "
-                     "interval over training runs and problems; dots: the runs", fontsize=8)
+        ax.set_title(
+            f"{TITLES.get(bench, bench)}\nbar: {report.settings['confidence']:.0%} "
+            "interval over training runs and problems; dots: the runs",
+            fontsize=8,
+        )
         ax.set_ylabel("final pass@1")
         ax.grid(alpha=0.3, axis="y")
     _save(fig, path)
@@ -143,23 +183,35 @@ def fig_clip(report, path: pathlib.Path):
         cur = curve(runs, "clip_frac_tokens")
         if cur:
             steps = list(range(1, len(cur) + 1))
-            a1.plot(steps, [max(y, 1e-6) for _, y, _, _ in cur], label=var,
-                    **{**style(var, runs), "marker": None})
+            a1.plot(
+                steps,
+                [max(y, 1e-6) for _, y, _, _ in cur],
+                label=var,
+                **{**style(var, runs), "marker": None},
+            )
     a1.set_yscale("log")
     a1.set_xlabel("RL step")
     a1.set_ylabel("clipped token fraction (mean over seeds)")
     a1.grid(alpha=0.3)
     a1.legend(fontsize=8)
     algs = sorted(clips)
-    a2.bar(algs, [clips[a] or 0 for a in algs],
-           color=[style(a, groups.get(a, []))["color"] or "#888" for a in algs])
+    a2.bar(
+        algs,
+        [clips[a] or 0 for a in algs],
+        color=[style(a, groups.get(a, []))["color"] or "#888" for a in algs],
+    )
     a2.tick_params(axis="x", labelrotation=20)
     a2.set_ylabel("mean clipped token fraction")
     if "grpo" in clips and clips["grpo"]:
         for i, a in enumerate(algs):
             if a != "grpo" and clips[a] is not None:
-                a2.annotate(f"{clips[a] / clips['grpo']:.0f}x GRPO", (i, clips[a]),
-                            ha="center", va="bottom", fontsize=8)
+                a2.annotate(
+                    f"{clips[a] / clips['grpo']:.0f}x GRPO",
+                    (i, clips[a]),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
     a2.grid(alpha=0.3, axis="y")
     _save(fig, path)
 
@@ -178,14 +230,20 @@ def fig_moe(report, path: pathlib.Path):
             if cur:
                 steps = list(range(1, len(cur) + 1))
                 ax.plot(steps, [y for _, y, _, _ in cur], label=var, **st)
-                ax.fill_between(steps, [lo for *_, lo, _ in cur], [hi for *_, hi in cur],
-                                color=st["color"], alpha=0.15, linewidth=0)
+                ax.fill_between(
+                    steps,
+                    [lo for *_, lo, _ in cur],
+                    [hi for *_, hi in cur],
+                    color=st["color"],
+                    alpha=0.15,
+                    linewidth=0,
+                )
     a1.set_ylabel("expert-activation volatility")
     a2.set_ylabel("router load entropy (1 = uniform)")
     for ax in (a1, a2):
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:     # verl's runs log no routing drift
+        if ax.get_legend_handles_labels()[0]:  # verl's runs log no routing drift
             ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -199,7 +257,7 @@ def draw(report, out: pathlib.Path):
     fig_clip(report, out / "clip_fraction.png")
     if report.moe:
         fig_moe(report, out / "moe.png")
-    if report.selection_rows:     # the fair protocol's score against learning rate
+    if report.selection_rows:  # the fair protocol's score against learning rate
         from pipeline.report import selection
 
         selection.figure(report.selection_rows, out / "lr.png", _plt())

@@ -38,31 +38,49 @@ def headline(report: Report) -> dict:
     ratios, collapsed runs, variant comparisons, the scaling-curve fits (asymptote, efficiency,
     c_mid), the MoE ablation and the provenance."""
     prov = report.provenance
-    return {"experiment": report.experiment, "tracking_uri": report.data["tracking_uri"],
-            "experiment_id": report.data["experiment_id"], "claims": report.claims,
-            "intervals": {"over": "training runs (seeds) and problems",
-                          "method": "two-level bootstrap (pipeline.report.resample)",
-                          "confidence": report.settings["confidence"],
-                          "min_runs_for_a_verdict": MIN_RUNS},
-            "final_scores": [{k: v for k, v in r.items() if not k.startswith("_")}
-                             for r in report.table],
-            "clip_frac_tokens": report.clips, "clip_frac_tokens_offpolicy": report.clips_off,
-            "clip_frac_seqs": report.clips_seq,
-            "clip_ratio": report.ratios,
-            "collapsed_runs": [f"{r['variant']}-seed{r['seed']}"
-                               for r in report.stability if r["collapsed"]],
-            "variants": report.comparisons,
-            "curves": {"population": "per benchmark, the problems every evaluation scored and "
-                                     "each problem's first k samples (pipeline.report.curves)",
-                       "draws": report.draws, "points": report.curve},
-            "scaling_fits": [{k: v for k, v in r.items() if k != "fitted"} for r in report.fits],
-            "moe": dict(report.moe) if report.moe else None,
-            "selection": ({"rule": report.selection["rule"], "benchmark":
-                           report.selection["benchmark"], "chosen_lr":
-                           {a: v["chosen_lr"] for a, v in report.selection["algorithms"].items()},
-                           "points": report.selection_rows} if report.selection else None),
-            "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
-            "rebuild_command": f"python -m pipeline.report --experiment {report.experiment}"}
+    return {
+        "experiment": report.experiment,
+        "tracking_uri": report.data["tracking_uri"],
+        "experiment_id": report.data["experiment_id"],
+        "claims": report.claims,
+        "intervals": {
+            "over": "training runs (seeds) and problems",
+            "method": "two-level bootstrap (pipeline.report.resample)",
+            "confidence": report.settings["confidence"],
+            "min_runs_for_a_verdict": MIN_RUNS,
+        },
+        "final_scores": [
+            {k: v for k, v in r.items() if not k.startswith("_")} for r in report.table
+        ],
+        "clip_frac_tokens": report.clips,
+        "clip_frac_tokens_offpolicy": report.clips_off,
+        "clip_frac_seqs": report.clips_seq,
+        "clip_ratio": report.ratios,
+        "collapsed_runs": [
+            f"{r['variant']}-seed{r['seed']}" for r in report.stability if r["collapsed"]
+        ],
+        "variants": report.comparisons,
+        "curves": {
+            "population": "per benchmark, the problems every evaluation scored and "
+            "each problem's first k samples (pipeline.report.curves)",
+            "draws": report.draws,
+            "points": report.curve,
+        },
+        "scaling_fits": [{k: v for k, v in r.items() if k != "fitted"} for r in report.fits],
+        "moe": dict(report.moe) if report.moe else None,
+        "selection": (
+            {
+                "rule": report.selection["rule"],
+                "benchmark": report.selection["benchmark"],
+                "chosen_lr": {a: v["chosen_lr"] for a, v in report.selection["algorithms"].items()},
+                "points": report.selection_rows,
+            }
+            if report.selection
+            else None
+        ),
+        "provenance": {k: v for k, v in prov.items() if k != "workflow_config"},
+        "rebuild_command": f"python -m pipeline.report --experiment {report.experiment}",
+    }
 
 
 def write_tables(report: Report, out: pathlib.Path) -> None:
@@ -72,11 +90,20 @@ def write_tables(report: Report, out: pathlib.Path) -> None:
 
     conf = f"{report.settings['confidence']:.0%}"
     for name, (header, cells), caption, align in (
-            ("final_scores", tables.final_scores(report.table),
-             f"{report.experiment}: final scores, mean [{conf} interval over training runs and "
-             "problems]", "llrr" + "r" * 5),
-            ("claims", tables.claims(report.claims),
-             f"{report.experiment}: the paper's claims, measured ({conf} intervals)", "lll")):
+        (
+            "final_scores",
+            tables.final_scores(report.table),
+            f"{report.experiment}: final scores, mean [{conf} interval over training runs and "
+            "problems]",
+            "llrr" + "r" * 5,
+        ),
+        (
+            "claims",
+            tables.claims(report.claims),
+            f"{report.experiment}: the paper's claims, measured ({conf} intervals)",
+            "lll",
+        ),
+    ):
         atomic_write_text(out / f"{name}.md", tables.markdown(header, cells))
         atomic_write_text(out / f"{name}.tex", tables.latex(header, cells, caption, align))
 

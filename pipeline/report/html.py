@@ -11,41 +11,45 @@ from pipeline.report.resample import MIN_RUNS
 from pipeline.report.sidebyside import section as side_by_side
 from pipeline.report.verdicts import MOE_CLAIM
 
-STYLE = ("<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-         "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
-         "pre{background:#f6f6f6;padding:1em;white-space:pre-wrap;overflow-wrap:anywhere;"
-         "font-size:85%}"
-         ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
-         "padding:.5em 1em}td.yes{background:#e6f4e6}td.no{background:#fbe6e6}"
-         "td.open{background:#fff6e0}.claims td,.claims th{text-align:left}"
-         ".sbs{width:100%;table-layout:fixed}.sbs td{text-align:left;vertical-align:top}"
-         "</style></head><body>")
+STYLE = (
+    "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+    "font-size:90%;text-align:right}th{background:#eee}img{max-width:100%}"
+    "pre{background:#f6f6f6;padding:1em;white-space:pre-wrap;overflow-wrap:anywhere;"
+    "font-size:85%}"
+    ".wide{overflow-x:auto}.verdict{background:#f4f8ff;border-left:4px solid #1f77b4;"
+    "padding:.5em 1em}td.yes{background:#e6f4e6}td.no{background:#fbe6e6}"
+    "td.open{background:#fff6e0}.claims td,.claims th{text-align:left}"
+    ".sbs{width:100%;table-layout:fixed}.sbs td{text-align:left;vertical-align:top}"
+    "</style></head><body>"
+)
 
 
 def _fmt(v, digits=3):
     if v is None:
         return "-"
-    if isinstance(v, float):          # compute (FLOPs) and the like in scientific notation
+    if isinstance(v, float):  # compute (FLOPs) and the like in scientific notation
         return f"{v:.3e}" if abs(v) >= 1e5 else f"{v:.{digits}f}"
-    if isinstance(v, list):               # per-run numbers (per_seed, per_seed_diff)
+    if isinstance(v, list):  # per-run numbers (per_seed, per_seed_diff)
         return ", ".join(_fmt(x, digits) for x in v)
     return esc(str(v))
 
 
 def _intervals(report) -> str:
     """What every interval about an algorithm is (pipeline.report.resample), in one paragraph."""
-    return (f"<p>Intervals are {report.settings['confidence']:.0%} intervals over training runs "
-            "and problems: a two-level bootstrap that draws the seeds (training runs) with "
-            "replacement, then the problems, one problem draw shared by both sides of a "
-            "difference; differences between variants with the same seeds are paired by seed, "
-            "the SFT model is one fixed run. With few runs the interval is widened by the "
-            "Student t factor of the run-to-run variance's degrees of freedom. "
-            "<code>var_share_runs</code> is the share of an interval's variance that is "
-            "run-to-run (the rest: which problems were drawn); <code>per_seed</code> / "
-            "<code>per_seed_diff</code> are the runs' own numbers. A verdict about an algorithm "
-            f"needs at least {MIN_RUNS} training runs per compared variant; with fewer it reads "
-            "<i>too few training runs</i>.</p>")
+    return (
+        f"<p>Intervals are {report.settings['confidence']:.0%} intervals over training runs "
+        "and problems: a two-level bootstrap that draws the seeds (training runs) with "
+        "replacement, then the problems, one problem draw shared by both sides of a "
+        "difference; differences between variants with the same seeds are paired by seed, "
+        "the SFT model is one fixed run. With few runs the interval is widened by the "
+        "Student t factor of the run-to-run variance's degrees of freedom. "
+        "<code>var_share_runs</code> is the share of an interval's variance that is "
+        "run-to-run (the rest: which problems were drawn); <code>per_seed</code> / "
+        "<code>per_seed_diff</code> are the runs' own numbers. A verdict about an algorithm "
+        f"needs at least {MIN_RUNS} training runs per compared variant; with fewer it reads "
+        "<i>too few training runs</i>.</p>"
+    )
 
 
 # The page is at most PAGE_PX wide (STYLE's max-width less its padding); a table whose columns
@@ -58,8 +62,7 @@ KEYS = ("variant", "comparison", "benchmark", "budget", "seed")
 def _min_px(texts) -> float:
     """A column's narrowest width in px: its longest unbreakable run of text (headers break at
     underscores, lists after their commas) at ~8 px a character, plus the cell's padding."""
-    return 8.0 * max((len(w) for t in texts for w in t.replace("_", " ").split()),
-                     default=1) + 20
+    return 8.0 * max((len(w) for t in texts for w in t.replace("_", " ").split()), default=1) + 20
 
 
 def _groups(rows: list[dict], cols: list[str], digits: int) -> list[list[str]]:
@@ -81,8 +84,10 @@ def table(rows: list[dict], cols: list[str], digits: int = 3) -> str:
     out = []
     for group in _groups(rows, cols, digits):
         head = "".join(f"<th>{esc(c).replace('_', '_<wbr>')}</th>" for c in group)
-        body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c), digits)}</td>" for c in group)
-                       + "</tr>" for r in rows)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{_fmt(r.get(c), digits)}</td>" for c in group) + "</tr>"
+            for r in rows
+        )
         out.append(f"<table><tr>{head}</tr>{body}</table>")
     return "<div class='wide'>" + "".join(out) + "</div>"
 
@@ -114,15 +119,21 @@ def _scores(report) -> list[str]:
         "and its percentile among "
         "a reference distribution of human ratings (evaluators.benchmarks.codeforces; normal, mean 1400, "
         "sd 350: an approximation, not official data).</p>",
-        table(report.table, PAGE_TABLE_COLS)]
+        table(report.table, PAGE_TABLE_COLS),
+    ]
 
 
 def _curve(report) -> list[str]:
     """The score-against-compute figure, its population, what the shared draw contributes and
     the points themselves (pipeline.report.curves)."""
     conf = f"{report.settings['confidence']:.0%}"
-    pops = "; ".join(f"{esc(d['benchmark'])}: {d['n_problems']} problems x "
-                     f"{d['samples'] or 'their'} samples" for d in report.draws) or "-"
+    pops = (
+        "; ".join(
+            f"{esc(d['benchmark'])}: {d['n_problems']} problems x {d['samples'] or 'their'} samples"
+            for d in report.draws
+        )
+        or "-"
+    )
     return [
         "<h2>Score against training compute</h2><img src='score_vs_compute.png'>",
         "<p>Every point of a benchmark's curves, the SFT model's (compute 0), each intermediate "
@@ -145,13 +156,39 @@ def _curve(report) -> list[str]:
         "per problem), with the draw's share of a point's variance (an upper bound: the draw "
         "counted as shared by every run, capped at 1; near 1, the problems' spread at this "
         "population is their samples' noise, and more samples, not more seeds, narrow it).</p>",
-        table(report.draws, ["benchmark", "n_problems", "samples", "points", "sd_point",
-                             "sd_runs", "sd_problems", "sd_draw", "draw_share"]),
-        "<details><summary>The curve points (also in <a href='curve.csv'>curve.csv</a>)"
-        "</summary>",
-        table(report.curve, ["variant", "benchmark", "budget", "step", "seeds", "pass_at_1",
-                             "ci_low", "ci_high", "seed_min", "seed_max", "draw_share"]),
-        "</details>"]
+        table(
+            report.draws,
+            [
+                "benchmark",
+                "n_problems",
+                "samples",
+                "points",
+                "sd_point",
+                "sd_runs",
+                "sd_problems",
+                "sd_draw",
+                "draw_share",
+            ],
+        ),
+        "<details><summary>The curve points (also in <a href='curve.csv'>curve.csv</a>)</summary>",
+        table(
+            report.curve,
+            [
+                "variant",
+                "benchmark",
+                "budget",
+                "step",
+                "seeds",
+                "pass_at_1",
+                "ci_low",
+                "ci_high",
+                "seed_min",
+                "seed_max",
+                "draw_share",
+            ],
+        ),
+        "</details>",
+    ]
 
 
 def _claims(report) -> list[str]:
@@ -159,23 +196,29 @@ def _claims(report) -> list[str]:
 
     rows = []
     for c in report.claims:
-        link = (f" <a href='{esc(c['link'])}'>the {esc(c['experiment'])} report</a>"
-                if c.get("link") else "")
+        link = (
+            f" <a href='{esc(c['link'])}'>the {esc(c['experiment'])} report</a>"
+            if c.get("link")
+            else ""
+        )
         cls = {"reproduced": "yes", "not reproduced": "no"}.get(c["verdict"], "open")
-        rows.append(f"<tr><td>{esc(c['claim'])}</td><td>{esc(c['measured'])}</td>"
-                    f"<td class='{cls}'><b>{esc(c['verdict'])}</b></td>"
-                    f"<td>{esc(c['why'])}{link}</td></tr>")
+        rows.append(
+            f"<tr><td>{esc(c['claim'])}</td><td>{esc(c['measured'])}</td>"
+            f"<td class='{cls}'><b>{esc(c['verdict'])}</b></td>"
+            f"<td>{esc(c['why'])}{link}</td></tr>"
+        )
     return [
         "<h2>The paper's claims: what this run found</h2>",
         f"<p>Differences at the final budget, with {report.settings['confidence']:.0%} "
         f"intervals over training runs and problems (paired by seed; see Final scores); "
-        f"\"at least as well\" allows a loss of at most {NONINFERIORITY_FRACTION:.0%} of the gain "
+        f'"at least as well" allows a loss of at most {NONINFERIORITY_FRACTION:.0%} of the gain '
         "the compared baseline demonstrably makes over the SFT model (the lower end of its "
         "interval; 0 where it shows none: a non-inferiority margin as trials set one). A verdict is "
         f"never stronger than its interval, and needs at least {MIN_RUNS} training runs of each "
         "compared variant.</p>",
         "<div class='wide claims'><table><tr><th>claim</th><th>measured</th><th>verdict</th>"
-        "<th>why</th></tr>" + "".join(rows) + "</table></div>"]
+        "<th>why</th></tr>" + "".join(rows) + "</table></div>",
+    ]
 
 
 def _selection(report) -> list[str]:
@@ -195,15 +238,22 @@ def _selection(report) -> list[str]:
         "rates on the test problems; the other rates keep their variant names. Intervals are "
         "over training runs and problems; <code>test_*</code> is shown for reading only: it "
         "chose nothing.</p>",
-        table(report.selection_rows, SELECTION_COLS)]
+        table(report.selection_rows, SELECTION_COLS),
+    ]
 
 
 def _variants(comps: list[dict]) -> list[str]:
     if not comps:
         return []
     # a ranking: per benchmark and baseline, the largest paired difference first
-    ranked = sorted(comps, key=lambda c: (c["benchmark"], c["baseline"],
-                                          -(c["diff"] if c["diff"] is not None else -1e9)))
+    ranked = sorted(
+        comps,
+        key=lambda c: (
+            c["benchmark"],
+            c["baseline"],
+            -(c["diff"] if c["diff"] is not None else -1e9),
+        ),
+    )
     return [
         "<h2>Variants against their baselines</h2>",
         "<p>Each variant (an algorithm run with other settings, e.g. the rollout engine's own "
@@ -226,16 +276,48 @@ def _variants(comps: list[dict]) -> list[str]:
         "anything above 0 there is clipping caused by the engine/trainer mismatch alone "
         "(compare the sequence gap with GSPO's clip band, 3e-4 / 4e-4).</p>",
         "<h3>Scores</h3>",
-        table(ranked, ["variant", "baseline", "benchmark", "seeds", "pass_at_1",
-                      "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "runs",
-                      "paired", "per_seed_diff", "var_share_runs", "n_problems"]),
+        table(
+            ranked,
+            [
+                "variant",
+                "baseline",
+                "benchmark",
+                "seeds",
+                "pass_at_1",
+                "baseline_pass_at_1",
+                "diff",
+                "diff_ci_low",
+                "diff_ci_high",
+                "runs",
+                "paired",
+                "per_seed_diff",
+                "var_share_runs",
+                "n_problems",
+            ],
+        ),
         "<h3>Cost and likelihood gap</h3>",
-        table(list({c["variant"]: c for c in comps}.values()),
-              ["variant", "baseline", "step_s", "baseline_step_s", "step_time_saving",
-               "old_logprob_s", "baseline_old_logprob_s", "old_logprob_share", "compute_ratio",
-               "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
-               "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"],
-              digits=4)]
+        table(
+            list({c["variant"]: c for c in comps}.values()),
+            [
+                "variant",
+                "baseline",
+                "step_s",
+                "baseline_step_s",
+                "step_time_saving",
+                "old_logprob_s",
+                "baseline_old_logprob_s",
+                "old_logprob_share",
+                "compute_ratio",
+                "logprob_gap_token",
+                "baseline_logprob_gap_token",
+                "logprob_gap_seq",
+                "baseline_logprob_gap_seq",
+                "clip_onpolicy",
+                "baseline_clip_onpolicy",
+            ],
+            digits=4,
+        ),
+    ]
 
 
 def _fits(fits: list[dict]) -> list[str]:
@@ -256,14 +338,26 @@ def _fits(fits: list[dict]) -> list[str]:
         "when its interval reaches the bound of its range (A: 0 or 1; B: 0.25 or 8): read it "
         "as unknown at this sample size (more budgets, seeds or problems would pin it). The "
         "fitted curves are the dashed lines in the first figure.</p>",
-        table(fits, FIT_COLS, digits=4)]
+        table(fits, FIT_COLS, digits=4),
+    ]
 
 
 def _moe(moe: dict | None) -> list[str]:
     if not moe:
         return []
-    pcols = ["comparison", "variant", "against", "benchmark", "diff", "diff_ci_low",
-             "diff_ci_high", "runs", "per_seed_diff", "var_share_runs", "n_problems"]
+    pcols = [
+        "comparison",
+        "variant",
+        "against",
+        "benchmark",
+        "diff",
+        "diff_ci_low",
+        "diff_ci_high",
+        "runs",
+        "per_seed_diff",
+        "var_share_runs",
+        "n_problems",
+    ]
     return [
         "<h2>Mixture of experts: Routing Replay and expert-activation volatility</h2>",
         f"<p>{esc(MOE_CLAIM)}</p>",
@@ -281,16 +375,24 @@ def _moe(moe: dict | None) -> list[str]:
         f"{esc(str(moe['benchmark']))}.</p>",
         table(moe["rows"], MOE_COLS),
         table(moe["pairs"], pcols) if moe["pairs"] else "",
-        "<div class='verdict'><ul>" + "".join(f"<li>{esc(x)}</li>"
-                                               for x in moe["verdict_lines"]) + "</ul></div>"]
+        "<div class='verdict'><ul>"
+        + "".join(f"<li>{esc(x)}</li>" for x in moe["verdict_lines"])
+        + "</ul></div>",
+    ]
 
 
 def _training(report) -> list[str]:
     rule, clips = report.rule, report.clips
     ratio_txt = ", ".join(f"{k}: {v:.1f}x" for k, v in report.ratios.items()) or "-"
-    clip_rows = [{"variant": a, "clip_frac_tokens": clips[a],
-                  "clip_frac_tokens_offpolicy": report.clips_off.get(a),
-                  "clip_frac_seqs": report.clips_seq.get(a)} for a in sorted(clips)]
+    clip_rows = [
+        {
+            "variant": a,
+            "clip_frac_tokens": clips[a],
+            "clip_frac_tokens_offpolicy": report.clips_off.get(a),
+            "clip_frac_seqs": report.clips_seq.get(a),
+        }
+        for a in sorted(clips)
+    ]
     return [
         "<h2>Training reward against compute</h2><img src='reward_vs_compute.png'>",
         "<h2>Clipping</h2><img src='clip_fraction.png'>",
@@ -298,15 +400,18 @@ def _training(report) -> list[str]:
         f"<b>{esc(ratio_txt)}</b>. <code>clip_frac_seqs</code>: the share of sequences with a "
         "clipped term, the convention TRL logs for GSPO (a run on <code>engine: trl</code> has "
         "that one alone).</p>",
-        table(clip_rows, ["variant", "clip_frac_tokens", "clip_frac_tokens_offpolicy",
-                          "clip_frac_seqs"]),
+        table(
+            clip_rows,
+            ["variant", "clip_frac_tokens", "clip_frac_tokens_offpolicy", "clip_frac_seqs"],
+        ),
         "<h2>Stability</h2>",
         f"<p>Collapse rule: with the training reward smoothed by a trailing moving mean over "
         f"{rule['window']} steps, a run has collapsed when its best smoothed reward is at least "
         f"{rule['min_best']} and every smoothed value in the last {rule['tail']:.0%} of its steps "
         f"is below {rule['ratio']} x that best (runs shorter than {2 * rule['window']} steps are not "
         "judged). Runs that crashed show MLflow status FAILED, killed ones KILLED.</p>",
-        table(report.stability, STABILITY_COLS)]
+        table(report.stability, STABILITY_COLS),
+    ]
 
 
 def _provenance(report) -> list[str]:
@@ -327,13 +432,21 @@ def _provenance(report) -> list[str]:
         f"<li>Data (sha256): {esc('; '.join(prov['data_hashes']) or '-')}</li>",
         "<li>Stage commands: <pre>" + esc("\n".join(prov["stage_commands"])) + "</pre></li></ul>",
         "<h3>Config</h3>",
-        f"<pre>{esc(cfg)}</pre>" if cfg else
-        "<p>(no workflow config in the store; each run's resolved config is in its MLflow params)</p>",
-        "</body></html>"]
+        f"<pre>{esc(cfg)}</pre>"
+        if cfg
+        else "<p>(no workflow config in the store; each run's resolved config is in its MLflow params)</p>",
+        "</body></html>",
+    ]
 
 
 def render(report) -> str:
     """index.html's text."""
-    return "\n".join(_scores(report) + _fits(report.fits) + _variants(list(report.comparisons))
-                     + side_by_side(report.side_by_side) + _moe(report.moe)
-                     + _training(report) + _provenance(report))
+    return "\n".join(
+        _scores(report)
+        + _fits(report.fits)
+        + _variants(list(report.comparisons))
+        + side_by_side(report.side_by_side)
+        + _moe(report.moe)
+        + _training(report)
+        + _provenance(report)
+    )

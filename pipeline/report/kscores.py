@@ -26,10 +26,18 @@ def k_columns(es: list[dict], *, iters: int, confidence: float, fixed: bool = Fa
         common = sorted(set.intersection(*[set(p) for p in per])) if all(per) else []
         if not common:
             continue
-        runs = ([("sft", {i: statistics.mean(p[i] for p in per) for i in common})] if fixed
-                else [(e["seed"], p) for e, p in zip(es, per)])
-        ci = resample.interval([resample.Arm(1.0, resample.run_matrix(runs, common), fixed)],
-                               iters=iters, confidence=confidence, bounds=(0.0, 1.0))
-        out.update({col: ci["estimate"], f"{col}_ci_low": ci["ci_low"],
-                    f"{col}_ci_high": ci["ci_high"]})
+        runs = (
+            [("sft", {i: statistics.mean(p[i] for p in per) for i in common})]
+            if fixed
+            else [(e["seed"], p) for e, p in zip(es, per)]
+        )
+        ci = resample.interval(
+            [resample.Arm(1.0, resample.run_matrix(runs, common), fixed)],
+            iters=iters,
+            confidence=confidence,
+            bounds=(0.0, 1.0),
+        )
+        out.update(
+            {col: ci["estimate"], f"{col}_ci_low": ci["ci_low"], f"{col}_ci_high": ci["ci_high"]}
+        )
     return out

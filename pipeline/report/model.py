@@ -10,37 +10,133 @@ import tempfile
 from gspo.config.fields import ConfigError
 from pipeline.report import claims, curves, scaling, stats
 
-DEFAULTS = {"bootstrap_iters": 2000, "confidence": 0.95,
-            "collapse": {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05}}
+DEFAULTS = {
+    "bootstrap_iters": 2000,
+    "confidence": 0.95,
+    "collapse": {"window": 5, "ratio": 0.5, "tail": 0.2, "min_best": 0.05},
+}
 
 # the columns of the report's tables (CSV files and the page)
-TABLE_COLS = ["variant", "algorithm", "benchmark", "budget", "step", "seeds", "pass_at_1",
-              "ci_low", "ci_high", "var_share_runs", "seed_min", "seed_max", "vs_sft",
-              "vs_sft_ci_low", "vs_sft_ci_high", "vs_sft_var_share_runs", "n_problems", "k",
-              "pass_at_k", "pass_at_k_ci_low", "pass_at_k_ci_high", "maj_at_k", "maj_at_k_ci_low",
-              "maj_at_k_ci_high", "elo", "elo_low", "elo_high", "elo_percentile"]
+TABLE_COLS = [
+    "variant",
+    "algorithm",
+    "benchmark",
+    "budget",
+    "step",
+    "seeds",
+    "pass_at_1",
+    "ci_low",
+    "ci_high",
+    "var_share_runs",
+    "seed_min",
+    "seed_max",
+    "vs_sft",
+    "vs_sft_ci_low",
+    "vs_sft_ci_high",
+    "vs_sft_var_share_runs",
+    "n_problems",
+    "k",
+    "pass_at_k",
+    "pass_at_k_ci_low",
+    "pass_at_k_ci_high",
+    "maj_at_k",
+    "maj_at_k_ci_low",
+    "maj_at_k_ci_high",
+    "elo",
+    "elo_low",
+    "elo_high",
+    "elo_percentile",
+]
 # the page's final-scores table adds each run's own pass@1 (a list: summary.json, not the CSV)
 _AFTER_CI = TABLE_COLS.index("ci_high") + 1
 PAGE_TABLE_COLS = TABLE_COLS[:_AFTER_CI] + ["per_seed"] + TABLE_COLS[_AFTER_CI:]
-STABILITY_COLS = ["variant", "algorithm", "seed", "status", "steps", "best_smoothed_reward",
-                  "best_step", "final_smoothed_reward", "collapsed", "skipped_updates", "run_id"]
-VARIANT_COLS = ["variant", "baseline", "algorithm", "benchmark", "seeds", "pass_at_1",
-                "baseline_pass_at_1", "diff", "diff_ci_low", "diff_ci_high", "runs", "paired",
-                "var_share_runs", "n_problems",
-                "step_s", "baseline_step_s", "step_time_saving", "old_logprob_s",
-                "baseline_old_logprob_s", "old_logprob_share", "compute_ratio",
-                "logprob_gap_token", "baseline_logprob_gap_token", "logprob_gap_seq",
-                "baseline_logprob_gap_seq", "clip_onpolicy", "baseline_clip_onpolicy"]
-FIT_COLS = ["variant", "algorithm", "benchmark", "status", "n_points", "seeds", "n_problems",
-            "samples",
-            "asymptote", "asymptote_ci_low", "asymptote_ci_high", "asymptote_var_share_runs",
-            "efficiency", "efficiency_ci_low", "efficiency_ci_high", "efficiency_var_share_runs",
-            "c_mid", "c_mid_ci_low", "c_mid_ci_high", "c_mid_var_share_runs"]
-MOE_COLS = ["variant", "algorithm", "routing_replay", "replay_source", "seeds", "volatility",
-            "volatility_seed_min", "volatility_seed_max", "engine_routing_mismatch",
-            "load_entropy", "max_expert_share",
-            "routing_cache_mb", "collapsed", "benchmark", "pass_at_1", "ci_low", "ci_high",
-            "var_share_runs", "vs_sft", "vs_sft_ci_low", "vs_sft_ci_high"]
+STABILITY_COLS = [
+    "variant",
+    "algorithm",
+    "seed",
+    "status",
+    "steps",
+    "best_smoothed_reward",
+    "best_step",
+    "final_smoothed_reward",
+    "collapsed",
+    "skipped_updates",
+    "run_id",
+]
+VARIANT_COLS = [
+    "variant",
+    "baseline",
+    "algorithm",
+    "benchmark",
+    "seeds",
+    "pass_at_1",
+    "baseline_pass_at_1",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "runs",
+    "paired",
+    "var_share_runs",
+    "n_problems",
+    "step_s",
+    "baseline_step_s",
+    "step_time_saving",
+    "old_logprob_s",
+    "baseline_old_logprob_s",
+    "old_logprob_share",
+    "compute_ratio",
+    "logprob_gap_token",
+    "baseline_logprob_gap_token",
+    "logprob_gap_seq",
+    "baseline_logprob_gap_seq",
+    "clip_onpolicy",
+    "baseline_clip_onpolicy",
+]
+FIT_COLS = [
+    "variant",
+    "algorithm",
+    "benchmark",
+    "status",
+    "n_points",
+    "seeds",
+    "n_problems",
+    "samples",
+    "asymptote",
+    "asymptote_ci_low",
+    "asymptote_ci_high",
+    "asymptote_var_share_runs",
+    "efficiency",
+    "efficiency_ci_low",
+    "efficiency_ci_high",
+    "efficiency_var_share_runs",
+    "c_mid",
+    "c_mid_ci_low",
+    "c_mid_ci_high",
+    "c_mid_var_share_runs",
+]
+MOE_COLS = [
+    "variant",
+    "algorithm",
+    "routing_replay",
+    "replay_source",
+    "seeds",
+    "volatility",
+    "volatility_seed_min",
+    "volatility_seed_max",
+    "engine_routing_mismatch",
+    "load_entropy",
+    "max_expert_share",
+    "routing_cache_mb",
+    "collapsed",
+    "benchmark",
+    "pass_at_1",
+    "ci_low",
+    "ci_high",
+    "var_share_runs",
+    "vs_sft",
+    "vs_sft_ci_low",
+    "vs_sft_ci_high",
+]
 
 
 @dataclasses.dataclass
@@ -93,14 +189,32 @@ def provenance(data: dict, workflow_yaml: str | None) -> dict:
 
     def uniq(key):
         return sorted({t[key] for t in tags if t.get(key)})
-    versions = sorted({f"{k[len('version.'):]} {v}" for t in tags for k, v in t.items()
-                       if k.startswith("version.")})
-    data_hashes = sorted({f"{k[len('data_hash.'):]}: {v}" for t in tags for k, v in t.items()
-                          if k.startswith("data_hash.")})
-    return {"workflow_command": uniq("workflow_command"), "git_commit": uniq("git_commit"),
-            "seeds": sorted({r["seed"] for r in data["rl"]}), "versions": versions,
-            "data_hashes": data_hashes, "stage_commands": uniq("command"),
-            "workflow_config": workflow_yaml}
+
+    versions = sorted(
+        {
+            f"{k[len('version.') :]} {v}"
+            for t in tags
+            for k, v in t.items()
+            if k.startswith("version.")
+        }
+    )
+    data_hashes = sorted(
+        {
+            f"{k[len('data_hash.') :]}: {v}"
+            for t in tags
+            for k, v in t.items()
+            if k.startswith("data_hash.")
+        }
+    )
+    return {
+        "workflow_command": uniq("workflow_command"),
+        "git_commit": uniq("git_commit"),
+        "seeds": sorted({r["seed"] for r in data["rl"]}),
+        "versions": versions,
+        "data_hashes": data_hashes,
+        "stage_commands": uniq("command"),
+        "workflow_config": workflow_yaml,
+    }
 
 
 def workflow_yaml(data: dict) -> str | None:
@@ -118,8 +232,13 @@ def workflow_yaml(data: dict) -> str | None:
     return None
 
 
-def from_data(experiment: str, data: dict, settings: dict | None = None,
-              workflow_config: str | None = None, selection: dict | None = None) -> Report:
+def from_data(
+    experiment: str,
+    data: dict,
+    settings: dict | None = None,
+    workflow_config: str | None = None,
+    selection: dict | None = None,
+) -> Report:
     """The report of collected `data` (settings: the report config, over DEFAULTS;
     workflow_config: the master config's text, for the provenance; selection: the fair
     protocol's learning-rate choice, pipeline.select's, whose chosen variants are compared
@@ -139,27 +258,42 @@ def from_data(experiment: str, data: dict, settings: dict | None = None,
     nested, pops = curves.nested_evals(data)
     points = curves.curve_points(nested, pops, **ci)
     report = Report(
-        experiment=experiment, data=data, settings=s, rule=rule,
+        experiment=experiment,
+        data=data,
+        settings=s,
+        rule=rule,
         benches=[b for b in BENCHMARKS if any(b in r["eval"] for r in data["rl"])],
-        table=table, stability=stab,
+        table=table,
+        stability=stab,
         comparisons=stats.variant_comparisons(data, table, **ci),
         moe=stats.moe_summary(data, table, stab, **ci),
-        curve=points, draws=curves.draw_summary(points),
-        fits=scaling.scaling_fits({**data, "evals": nested}, **ci), clips=clips,
-        clips_off={a: stats.mean_clip(runs, "clip_frac_tokens_offpolicy")
-                   for a, runs in groups.items()},
+        curve=points,
+        draws=curves.draw_summary(points),
+        fits=scaling.scaling_fits({**data, "evals": nested}, **ci),
+        clips=clips,
+        clips_off={
+            a: stats.mean_clip(runs, "clip_frac_tokens_offpolicy") for a, runs in groups.items()
+        },
         clips_seq={a: stats.mean_clip(runs, "clip_frac_seqs") for a, runs in groups.items()},
-        ratios={f"{a}/grpo": clips[a] / clips["grpo"] for a in clips
-                if a != "grpo" and clips.get("grpo") and clips[a] is not None},
-        provenance=provenance(data, workflow_config))
+        ratios={
+            f"{a}/grpo": clips[a] / clips["grpo"]
+            for a in clips
+            if a != "grpo" and clips.get("grpo") and clips[a] is not None
+        },
+        provenance=provenance(data, workflow_config),
+    )
     report.claims = claims.claims(report)
     report.selection = selection
     report.selection_rows = lr_choice.rows(selection, table)
     return report
 
 
-def compute(experiment: str, uri: str | None = None, settings: dict | None = None,
-            selection: dict | None = None) -> Report:
+def compute(
+    experiment: str,
+    uri: str | None = None,
+    settings: dict | None = None,
+    selection: dict | None = None,
+) -> Report:
     """The report of `experiment`, read from the MLflow store at `uri` (pipeline.aggregate)."""
     from gspo.tracking import runs as tracking
     from pipeline.aggregate import collect, download_results

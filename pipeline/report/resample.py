@@ -79,8 +79,9 @@ class Arm(NamedTuple):
 
 def run_matrix(runs: list[tuple], ids: list[str]) -> np.ndarray:
     """The (seeds, problems) matrix of `runs` [(seed, {problem id: score})] on `ids`."""
-    return np.array([[p[i] for i in ids] for _, p in runs], dtype=float).reshape(len(runs),
-                                                                                len(ids))
+    return np.array([[p[i] for i in ids] for _, p in runs], dtype=float).reshape(
+        len(runs), len(ids)
+    )
 
 
 def counts(rng, n: int, iters: int) -> np.ndarray:
@@ -105,7 +106,7 @@ def draws(arms: list[Arm], *, iters: int, seed: int = 0) -> np.ndarray:
     seeds with replacement (not a fixed arm's), and one problem draw serves every arm."""
     rng = np.random.default_rng(seed)
     p = arms[0].scores.shape[1]
-    v = counts(rng, p, iters)                                            # (iters, P)
+    v = counts(rng, p, iters)  # (iters, P)
     total = np.zeros((iters, p))
     for arm in arms:
         x = arm.scores
@@ -120,7 +121,7 @@ def variance_split(arms: list[Arm]) -> dict:
     """var_runs, var_problems, var_share_runs and the Welch-Satterthwaite degrees of freedom
     `dof` of the statistic sum_k sign_k * mean(arm_k) (see the module doc). var_runs (and the
     share) is None when an arm that is not fixed has a single run."""
-    comps, unknown = [], False                      # (variance, degrees of freedom)
+    comps, unknown = [], False  # (variance, degrees of freedom)
     for arm in arms:
         s = arm.scores.shape[0]
         if arm.fixed:
@@ -135,12 +136,22 @@ def variance_split(arms: list[Arm]) -> dict:
     v_runs = sum(v for v, _ in comps)
     dof = satterthwaite(comps + [(v_prob, p - 1)])
     total = v_runs + v_prob
-    return {"var_runs": None if unknown else v_runs, "var_problems": v_prob,
-            "var_share_runs": None if unknown or total <= 0 else v_runs / total, "dof": dof}
+    return {
+        "var_runs": None if unknown else v_runs,
+        "var_problems": v_prob,
+        "var_share_runs": None if unknown or total <= 0 else v_runs / total,
+        "dof": dof,
+    }
 
 
-def interval(arms: list[Arm], *, iters: int, confidence: float, seed: int = 0,
-             bounds: tuple[float, float] | None = None) -> dict:
+def interval(
+    arms: list[Arm],
+    *,
+    iters: int,
+    confidence: float,
+    seed: int = 0,
+    bounds: tuple[float, float] | None = None,
+) -> dict:
     """The estimate sum_k sign_k * mean(arm_k) with its two-level bootstrap interval, widened by
     t_dof / z for the few runs (module doc), clipped to `bounds`: {estimate, ci_low, ci_high,
     var_runs, var_problems, var_share_runs, dof}."""
@@ -150,8 +161,9 @@ def interval(arms: list[Arm], *, iters: int, confidence: float, seed: int = 0,
         return {"estimate": est, "ci_low": est, "ci_high": est, **split}
     alpha = (1 - confidence) / 2
     q_lo, q_hi = np.quantile(draws(arms, iters=iters, seed=seed), [alpha, 1 - alpha])
-    lo, hi = widen(est, float(q_lo), float(q_hi), split["dof"], confidence,
-                   bounds or (-math.inf, math.inf))
+    lo, hi = widen(
+        est, float(q_lo), float(q_hi), split["dof"], confidence, bounds or (-math.inf, math.inf)
+    )
     return {"estimate": est, "ci_low": lo, "ci_high": hi, **split}
 
 
@@ -162,8 +174,9 @@ def satterthwaite(parts: list[tuple[float, float]]) -> float:
     return sum(v for v, _ in parts) ** 2 / denom if denom > 0 else math.inf
 
 
-def widen(est: float, q_lo: float, q_hi: float, dof: float, confidence: float,
-          bounds: tuple[float, float]) -> tuple[float, float]:
+def widen(
+    est: float, q_lo: float, q_hi: float, dof: float, confidence: float, bounds: tuple[float, float]
+) -> tuple[float, float]:
     """The percentile interval [q_lo, q_hi] widened about `est` by t_dof / z (module doc),
     holding `est` (where nothing varies, the draws' float rounding must not push a side past
     it), within `bounds`."""
@@ -207,16 +220,19 @@ def _betainc(a: float, b: float, x: float) -> float:
         return 0.0
     if x >= 1:
         return 1.0
-    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
-                 + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):          # the fraction converges fast only below this point
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast only below this point
         return 1.0 - _betainc(b, a, 1.0 - x)
     tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 500):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c

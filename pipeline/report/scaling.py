@@ -26,8 +26,8 @@ import numpy as np
 
 from pipeline.report import resample
 
-MIN_POINTS = 4                    # budgets with compute > 0: three parameters and one to spare
-SCORE_RANGE = (0.0, 1.0)          # pass@1: the asymptote is fitted inside it
+MIN_POINTS = 4  # budgets with compute > 0: three parameters and one to spare
+SCORE_RANGE = (0.0, 1.0)  # pass@1: the asymptote is fitted inside it
 B_GRID = np.geomspace(0.25, 8.0, 48)
 C_STEPS = 96
 
@@ -49,16 +49,16 @@ def fit_many(compute, scores, r0, chunk: int = 64) -> dict:
     """fit() of many score vectors at the same compute: `scores` (D, P), `r0` (D,); each key of
     the result an array (D,). The grid search of every row at once (in chunks of `chunk` rows,
     to bound memory)."""
-    c = np.asarray(compute, dtype=float)                                    # (P,)
-    c_mids = np.geomspace(c.min() / 10, c.max() * 10, C_STEPS)              # (M,)
+    c = np.asarray(compute, dtype=float)  # (P,)
+    c_mids = np.geomspace(c.min() / 10, c.max() * 10, C_STEPS)  # (M,)
     g = 1.0 / (1.0 + (c_mids[None, :, None] / c[None, None, :]) ** B_GRID[:, None, None])
-    gg = np.maximum((g * g).sum(-1), 1e-300)                               # (Bn, M)
+    gg = np.maximum((g * g).sum(-1), 1e-300)  # (Bn, M)
     out = {k: np.empty(len(r0)) for k in ("asymptote", "efficiency", "c_mid", "sse")}
     for lo in range(0, len(r0), chunk):
-        rr = np.asarray(r0[lo:lo + chunk], dtype=float)[:, None, None]     # (D, 1, 1)
-        y = scores[lo:lo + chunk] - rr[:, :, 0]                             # (D, P)
+        rr = np.asarray(r0[lo : lo + chunk], dtype=float)[:, None, None]  # (D, 1, 1)
+        y = scores[lo : lo + chunk] - rr[:, :, 0]  # (D, P)
         # A - R0 = <g, y> / <g, g> for each (B, C_mid): g is (Bn, M, P)
-        gain = np.einsum("nmp,dp->dnm", g, y) / gg                          # (D, Bn, M)
+        gain = np.einsum("nmp,dp->dnm", g, y) / gg  # (D, Bn, M)
         # pass@1 lies in [0, 1], so A does too; the loss is quadratic in A, so clipping the
         # free optimum gives the constrained one at each grid point.
         gain = np.clip(gain, SCORE_RANGE[0] - rr, SCORE_RANGE[1] - rr)
@@ -66,10 +66,10 @@ def fit_many(compute, scores, r0, chunk: int = 64) -> dict:
         best = sse.reshape(len(y), -1).argmin(axis=1)
         i, j = np.unravel_index(best, sse.shape[1:])
         rows = np.arange(len(y))
-        out["asymptote"][lo:lo + chunk] = rr[:, 0, 0] + gain[rows, i, j]
-        out["efficiency"][lo:lo + chunk] = B_GRID[i]
-        out["c_mid"][lo:lo + chunk] = c_mids[j]
-        out["sse"][lo:lo + chunk] = sse[rows, i, j]
+        out["asymptote"][lo : lo + chunk] = rr[:, 0, 0] + gain[rows, i, j]
+        out["efficiency"][lo : lo + chunk] = B_GRID[i]
+        out["c_mid"][lo : lo + chunk] = c_mids[j]
+        out["sse"][lo : lo + chunk] = sse[rows, i, j]
     return out
 
 
@@ -78,11 +78,15 @@ def _matrices(evals: list[dict], ids: list[str], seeds: list[int]) -> tuple:
     compute is the mean over the seeds (the design points: resampling moves scores, not
     budgets), scores[k, s, i] seed s's score on problem ids[i]."""
     by = {(e["seed"], e["budget"]): e for e in evals}
-    budgets = [b for b in sorted({e["budget"] for e in evals if e["budget"] > 0})
-               if all((s, b) in by for s in seeds)]
+    budgets = [
+        b
+        for b in sorted({e["budget"] for e in evals if e["budget"] > 0})
+        if all((s, b) in by for s in seeds)
+    ]
     comp = np.array([statistics.mean(by[s, b]["compute_flops"] for s in seeds) for b in budgets])
-    y = np.array([[[by[s, b]["problems"][i] for i in ids] for s in seeds] for b in budgets],
-                 dtype=float).reshape(len(budgets), len(seeds), len(ids))
+    y = np.array(
+        [[[by[s, b]["problems"][i] for i in ids] for s in seeds] for b in budgets], dtype=float
+    ).reshape(len(budgets), len(seeds), len(ids))
     return comp, y
 
 
@@ -98,12 +102,15 @@ def _bootstrap(comp, y, r0_problems, *, iters: int) -> dict:
     the same draws with problems fixed (var_runs) and with seeds fixed (var_problems)."""
     k, s, p = y.shape
     rng = np.random.default_rng(0)
-    v = resample.counts(rng, p, iters)                                   # (D, P)
+    v = resample.counts(rng, p, iters)  # (D, P)
     w = resample.counts(rng, s, iters) if s > 1 else np.ones((iters, 1))  # (D, S)
-    yi = np.stack([resample.inflate(y[b]) for b in range(k)])             # (K, S, P)
+    yi = np.stack([resample.inflate(y[b]) for b in range(k)])  # (K, S, P)
     fits = {}
-    for mode, ws, vs in (("both", w, v), ("runs", w, np.full_like(v, 1 / p)),
-                         ("problems", np.full_like(w, 1 / s), v)):
+    for mode, ws, vs in (
+        ("both", w, v),
+        ("runs", w, np.full_like(v, 1 / p)),
+        ("problems", np.full_like(w, 1 / s), v),
+    ):
         pts = np.einsum("ds,ksp,dp->dk", ws, yi, vs, optimize=True)
         fits[mode] = fit_many(comp, pts, vs @ r0_problems)
     out = {}
@@ -112,8 +119,11 @@ def _bootstrap(comp, y, r0_problems, *, iters: int) -> dict:
         tf = np.log if name == "c_mid" else (lambda a: a)
         vr, vp = (float(np.var(tf(fits[m][name]))) for m in ("runs", "problems"))
         dof = resample.satterthwaite([(vr, s - 1), (vp, p - 1)])
-        out[name] = {"draws": tf(fits["both"][name]), "dof": dof,
-                     "share": vr / (vr + vp) if vr + vp > 0 else None}
+        out[name] = {
+            "draws": tf(fits["both"][name]),
+            "dof": dof,
+            "share": vr / (vr + vp) if vr + vp > 0 else None,
+        }
     return out
 
 
@@ -126,37 +136,66 @@ def fit_variant(evals: list[dict], base: list[dict], *, iters: int, confidence: 
     ids = _common_ids(evals + base)
     seeds = sorted({e["seed"] for e in evals})
     comp, y = _matrices(evals, ids, seeds) if ids else (np.zeros(0), np.zeros((0, 0, 0)))
-    out = {"n_points": len(comp), "seeds": len(seeds), "n_problems": len(ids),
-           "samples": evals[0].get("n_samples") if evals else None}
+    out = {
+        "n_points": len(comp),
+        "seeds": len(seeds),
+        "n_problems": len(ids),
+        "samples": evals[0].get("n_samples") if evals else None,
+    }
     if len(comp) < MIN_POINTS or not base:
-        return {**out, "status": f"too few points to fit ({len(comp)} budgets above 0 with "
-                                 f"per-problem scores; the fit needs {MIN_POINTS})"}
+        return {
+            **out,
+            "status": f"too few points to fit ({len(comp)} budgets above 0 with "
+            f"per-problem scores; the fit needs {MIN_POINTS})",
+        }
     r0_problems = np.array([[e["problems"][i] for i in ids] for e in base]).mean(axis=0)
     r0 = float(r0_problems.mean())
     best = fit(comp, y.mean(axis=(1, 2)), r0)
     boot = _bootstrap(comp, y, r0_problems, iters=iters)
     alpha = (1 - confidence) / 2
-    ranges = {"asymptote": SCORE_RANGE, "efficiency": (B_GRID[0], B_GRID[-1]),
-              "c_mid": (-np.inf, np.inf)}
+    ranges = {
+        "asymptote": SCORE_RANGE,
+        "efficiency": (B_GRID[0], B_GRID[-1]),
+        "c_mid": (-np.inf, np.inf),
+    }
     for k, b in boot.items():
         est = np.log(best[k]) if k == "c_mid" else best[k]
         q_lo, q_hi = np.quantile(b["draws"], [alpha, 1 - alpha])
         lo, hi = resample.widen(est, q_lo, q_hi, b["dof"], confidence, ranges[k])
-        if k == "c_mid":      # back from the log scale (exactly c_mid where the bound is it)
+        if k == "c_mid":  # back from the log scale (exactly c_mid where the bound is it)
             lo, hi = best[k] * np.exp(lo - est), best[k] * np.exp(hi - est)
         out[f"{k}_ci_low"], out[f"{k}_ci_high"] = float(lo), float(hi)
         out[f"{k}_var_share_runs"] = b["share"]
     grid = np.geomspace(comp.min(), comp.max(), 50)
     edge = 1e-6
-    loose = [name for name, lo, hi, (a, b) in (
-        ("asymptote", out["asymptote_ci_low"], out["asymptote_ci_high"], SCORE_RANGE),
-        ("efficiency", out["efficiency_ci_low"], out["efficiency_ci_high"],
-         (B_GRID[0], B_GRID[-1]))) if lo <= a + edge or hi >= b - edge]
+    loose = [
+        name
+        for name, lo, hi, (a, b) in (
+            ("asymptote", out["asymptote_ci_low"], out["asymptote_ci_high"], SCORE_RANGE),
+            (
+                "efficiency",
+                out["efficiency_ci_low"],
+                out["efficiency_ci_high"],
+                (B_GRID[0], B_GRID[-1]),
+            ),
+        )
+        if lo <= a + edge or hi >= b - edge
+    ]
     status = f"fitted; {' and '.join(loose)} not identified" if loose else "fitted"
-    return {**out, **best, "r0": r0, "status": status,
-            "fitted": list(zip(grid.tolist(),
-                               curve_values(grid, r0, best["asymptote"], best["efficiency"],
-                                            best["c_mid"]).tolist()))}
+    return {
+        **out,
+        **best,
+        "r0": r0,
+        "status": status,
+        "fitted": list(
+            zip(
+                grid.tolist(),
+                curve_values(
+                    grid, r0, best["asymptote"], best["efficiency"], best["c_mid"]
+                ).tolist(),
+            )
+        ),
+    }
 
 
 def scaling_fits(data: dict, *, iters: int, confidence: float) -> list[dict]:
@@ -168,6 +207,7 @@ def scaling_fits(data: dict, *, iters: int, confidence: float) -> list[dict]:
             mine = [e for e in evals if e["variant"] == var and e["benchmark"] == bench]
             base = [e for e in evals if e["variant"] == "sft" and e["benchmark"] == bench]
             row = fit_variant(mine, base, iters=iters, confidence=confidence)
-            rows.append({"variant": var, "algorithm": mine[0]["algorithm"], "benchmark": bench,
-                         **row})
+            rows.append(
+                {"variant": var, "algorithm": mine[0]["algorithm"], "benchmark": bench, **row}
+            )
     return rows

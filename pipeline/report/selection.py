@@ -37,7 +37,9 @@ def _per_problem(path: str) -> dict[str, float]:
             rec = json.loads(line)
             out[rec["id"]] = float(rec["pass@1"])
         except (ValueError, KeyError, TypeError) as e:
-            raise DataError(f"{path}:{i}: expected a JSON record with id and pass@1 ({e})") from None
+            raise DataError(
+                f"{path}:{i}: expected a JSON record with id and pass@1 ({e})"
+            ) from None
     return out
 
 
@@ -46,12 +48,18 @@ def point(results: list[str], *, iters: int, confidence: float) -> dict:
     interval over runs and problems."""
     runs = [_per_problem(p) for p in results]
     ids = sorted(set.intersection(*(set(r) for r in runs)))
-    m = np.array([[r[i] for i in ids] for r in runs])       # (seeds, problems)
-    est = resample.interval([resample.Arm(1.0, m)], iters=iters, confidence=confidence,
-                            bounds=(0.0, 1.0))
-    return {"seeds": len(runs), "n_problems": len(ids), "pass_at_1": est["estimate"],
-            "ci_low": est["ci_low"], "ci_high": est["ci_high"],
-            "seed_scores": [float(x) for x in m.mean(1)]}
+    m = np.array([[r[i] for i in ids] for r in runs])  # (seeds, problems)
+    est = resample.interval(
+        [resample.Arm(1.0, m)], iters=iters, confidence=confidence, bounds=(0.0, 1.0)
+    )
+    return {
+        "seeds": len(runs),
+        "n_problems": len(ids),
+        "pass_at_1": est["estimate"],
+        "ci_low": est["ci_low"],
+        "ci_high": est["ci_high"],
+        "seed_scores": [float(x) for x in m.mean(1)],
+    }
 
 
 def choose(cfg: dict, *, iters: int = 2000, confidence: float = 0.95) -> dict:
@@ -59,13 +67,24 @@ def choose(cfg: dict, *, iters: int = 2000, confidence: float = 0.95) -> dict:
     chosen rate and variant."""
     algs = {}
     for alg, pts in cfg["grid"].items():
-        scored = [{"lr": p["lr"], "variant": p["variant"],
-                   **point(p["results"], iters=iters, confidence=confidence)} for p in pts]
-        best = max(scored, key=lambda r: r["pass_at_1"])      # max keeps the first of ties
+        scored = [
+            {
+                "lr": p["lr"],
+                "variant": p["variant"],
+                **point(p["results"], iters=iters, confidence=confidence),
+            }
+            for p in pts
+        ]
+        best = max(scored, key=lambda r: r["pass_at_1"])  # max keeps the first of ties
         algs[alg] = {"chosen_lr": best["lr"], "chosen_variant": best["variant"], "points": scored}
-    return {"benchmark": cfg["benchmark"], "split": "validation", "metric": "pass@1",
-            "rule": "highest mean pass@1 over runs and validation problems (ties: first rate)",
-            "confidence": confidence, "algorithms": algs}
+    return {
+        "benchmark": cfg["benchmark"],
+        "split": "validation",
+        "metric": "pass@1",
+        "rule": "highest mean pass@1 over runs and validation problems (ties: first rate)",
+        "confidence": confidence,
+        "algorithms": algs,
+    }
 
 
 def apply(data: dict, sel: dict | None) -> dict:
@@ -77,12 +96,28 @@ def apply(data: dict, sel: dict | None) -> dict:
 
     def rename(rec: dict, *keys: str) -> dict:
         return {**rec, **{k: names.get(rec.get(k), rec.get(k)) for k in keys if k in rec}}
-    return {**data, "rl": [rename(r, "variant", "baseline") for r in data["rl"]],
-            "evals": [rename(e, "variant") for e in data["evals"]]}
+
+    return {
+        **data,
+        "rl": [rename(r, "variant", "baseline") for r in data["rl"]],
+        "evals": [rename(e, "variant") for e in data["evals"]],
+    }
 
 
-SELECTION_COLS = ["algorithm", "lr", "variant", "chosen", "seeds", "val_pass_at_1", "val_ci_low",
-                  "val_ci_high", "test_benchmark", "test_pass_at_1", "test_ci_low", "test_ci_high"]
+SELECTION_COLS = [
+    "algorithm",
+    "lr",
+    "variant",
+    "chosen",
+    "seeds",
+    "val_pass_at_1",
+    "val_ci_low",
+    "val_ci_high",
+    "test_benchmark",
+    "test_pass_at_1",
+    "test_ci_low",
+    "test_ci_high",
+]
 
 
 def rows(sel: dict | None, table: list[dict]) -> list[dict]:
@@ -97,11 +132,22 @@ def rows(sel: dict | None, table: list[dict]) -> list[dict]:
         for p in a["points"]:
             chosen = p["variant"] == a["chosen_variant"]
             t = test.get(alg if chosen else p["variant"]) or {}
-            out.append({"algorithm": alg, "lr": p["lr"], "variant": p["variant"], "chosen": chosen,
-                        "seeds": p["seeds"], "val_pass_at_1": p["pass_at_1"],
-                        "val_ci_low": p["ci_low"], "val_ci_high": p["ci_high"],
-                        "test_benchmark": bench, "test_pass_at_1": t.get("pass_at_1"),
-                        "test_ci_low": t.get("ci_low"), "test_ci_high": t.get("ci_high")})
+            out.append(
+                {
+                    "algorithm": alg,
+                    "lr": p["lr"],
+                    "variant": p["variant"],
+                    "chosen": chosen,
+                    "seeds": p["seeds"],
+                    "val_pass_at_1": p["pass_at_1"],
+                    "val_ci_low": p["ci_low"],
+                    "val_ci_high": p["ci_high"],
+                    "test_benchmark": bench,
+                    "test_pass_at_1": t.get("pass_at_1"),
+                    "test_ci_low": t.get("ci_low"),
+                    "test_ci_high": t.get("ci_high"),
+                }
+            )
     return out
 
 
@@ -118,10 +164,20 @@ def figure(sel_rows: list[dict], path: pathlib.Path, plt) -> None:
                 continue
             x = [r["lr"] * (1.03 if split == "test" else 1.0) for r in pts]
             y = [r[f"{split}_pass_at_1"] for r in pts]
-            err = [[v - r[f"{split}_ci_low"] for v, r in zip(y, pts)],
-                   [r[f"{split}_ci_high"] - v for v, r in zip(y, pts)]]
-            ax.errorbar(x, y, yerr=err, fmt="o-" if split == "val" else "s--", color=color,
-                        mfc=fill, capsize=3, label=f"{alg.upper()} {split}")
+            err = [
+                [v - r[f"{split}_ci_low"] for v, r in zip(y, pts)],
+                [r[f"{split}_ci_high"] - v for v, r in zip(y, pts)],
+            ]
+            ax.errorbar(
+                x,
+                y,
+                yerr=err,
+                fmt="o-" if split == "val" else "s--",
+                color=color,
+                mfc=fill,
+                capsize=3,
+                label=f"{alg.upper()} {split}",
+            )
         for r in rs:
             if r["chosen"]:
                 ax.plot([r["lr"]], [r["val_pass_at_1"]], "o", ms=14, mfc="none", color=color)

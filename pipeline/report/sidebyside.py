@@ -28,8 +28,14 @@ def pairs(report) -> list[tuple[str, str]]:
 
 
 def _final(evals: list[dict], variant: str, bench: str, budget) -> list[dict]:
-    return sorted((e for e in evals if e["variant"] == variant and e["benchmark"] == bench
-                   and e["budget"] == budget), key=lambda e: e["seed"])
+    return sorted(
+        (
+            e
+            for e in evals
+            if e["variant"] == variant and e["benchmark"] == bench and e["budget"] == budget
+        ),
+        key=lambda e: e["seed"],
+    )
 
 
 def _means(es: list[dict]) -> dict[str, float]:
@@ -41,10 +47,15 @@ def _means(es: list[dict]) -> dict[str, float]:
 
 def _samples(row: dict) -> list[dict]:
     answers = row.get("answers") or [None] * len(row["scores"])
-    return [{"completion": c[:CHARS] + (f" [... {len(c) - CHARS} more characters]"
-                                        if len(c) > CHARS else ""),
-             "score": s, "answer": a}
-            for c, s, a in list(zip(row["completions"], row["scores"], answers))[:SAMPLES]]
+    return [
+        {
+            "completion": c[:CHARS]
+            + (f" [... {len(c) - CHARS} more characters]" if len(c) > CHARS else ""),
+            "score": s,
+            "answer": a,
+        }
+        for c, s, a in list(zip(row["completions"], row["scores"], answers))[:SAMPLES]
+    ]
 
 
 def side_by_side(report, fetch: Callable[[str], list[dict]]) -> list[dict]:
@@ -69,38 +80,56 @@ def side_by_side(report, fetch: Callable[[str], list[dict]]) -> list[dict]:
                 ra, rb = results(ea[0]).get(i, {}), results(eb[0]).get(i, {})
                 if "completions" not in ra or "completions" not in rb:
                     continue
-                out.append({"benchmark": bench, "problem": i, "variant": a, "baseline": b,
-                            "prompt": ra.get("prompt", ""), "answer": ra.get("answer"),
-                            "score": sa[i], "baseline_score": sb[i], "seed": ea[0]["seed"],
-                            "baseline_seed": eb[0]["seed"], "samples": _samples(ra),
-                            "baseline_samples": _samples(rb)})
+                out.append(
+                    {
+                        "benchmark": bench,
+                        "problem": i,
+                        "variant": a,
+                        "baseline": b,
+                        "prompt": ra.get("prompt", ""),
+                        "answer": ra.get("answer"),
+                        "score": sa[i],
+                        "baseline_score": sb[i],
+                        "seed": ea[0]["seed"],
+                        "baseline_seed": eb[0]["seed"],
+                        "samples": _samples(ra),
+                        "baseline_samples": _samples(rb),
+                    }
+                )
     return out
 
 
 def _cell(samples: list[dict]) -> str:
-    return "".join(f"<p><b>{'pass' if s['score'] >= 0.5 else 'fail'}</b>"
-                   + (f" (answer {esc(str(s['answer']))})" if s["answer"] is not None else "")
-                   + f"</p><pre>{esc(s['completion'])}</pre>" for s in samples)
+    return "".join(
+        f"<p><b>{'pass' if s['score'] >= 0.5 else 'fail'}</b>"
+        + (f" (answer {esc(str(s['answer']))})" if s["answer"] is not None else "")
+        + f"</p><pre>{esc(s['completion'])}</pre>"
+        for s in samples
+    )
 
 
 def section(entries: list[dict]) -> list[str]:
     """The page's section (nothing when no pair had kept completions)."""
     if not entries:
         return []
-    out = ["<h2>Completions side by side</h2>",
-           "<p>For each compared pair, the final-budget problems where the two differ most "
-           "(score: the mean over seeds and samples); the first samples of each side's first "
-           "seed, with each one's verdict and the answer its scoring extracted. All of them: "
-           "<a href='side_by_side.json'>side_by_side.json</a>, and every eval run's "
-           "results.jsonl in MLflow.</p>"]
+    out = [
+        "<h2>Completions side by side</h2>",
+        "<p>For each compared pair, the final-budget problems where the two differ most "
+        "(score: the mean over seeds and samples); the first samples of each side's first "
+        "seed, with each one's verdict and the answer its scoring extracted. All of them: "
+        "<a href='side_by_side.json'>side_by_side.json</a>, and every eval run's "
+        "results.jsonl in MLflow.</p>",
+    ]
     for e in entries:
-        out += [f"<h3>{esc(e['benchmark'])} {esc(e['problem'])}: {esc(e['variant'])} "
-                f"{e['score']:.2f} vs {esc(e['baseline'])} {e['baseline_score']:.2f}</h3>",
-                f"<pre>{esc(e['prompt'])}</pre>"
-                + (f"<p>reference answer: {esc(e['answer'])}</p>" if e["answer"] else ""),
-                "<div class='wide'><table class='sbs'><tr>"
-                f"<th>{esc(e['variant'])} (seed {e['seed']})</th>"
-                f"<th>{esc(e['baseline'])} (seed {e['baseline_seed']})</th></tr><tr>"
-                f"<td>{_cell(e['samples'])}</td><td>{_cell(e['baseline_samples'])}</td>"
-                "</tr></table></div>"]
+        out += [
+            f"<h3>{esc(e['benchmark'])} {esc(e['problem'])}: {esc(e['variant'])} "
+            f"{e['score']:.2f} vs {esc(e['baseline'])} {e['baseline_score']:.2f}</h3>",
+            f"<pre>{esc(e['prompt'])}</pre>"
+            + (f"<p>reference answer: {esc(e['answer'])}</p>" if e["answer"] else ""),
+            "<div class='wide'><table class='sbs'><tr>"
+            f"<th>{esc(e['variant'])} (seed {e['seed']})</th>"
+            f"<th>{esc(e['baseline'])} (seed {e['baseline_seed']})</th></tr><tr>"
+            f"<td>{_cell(e['samples'])}</td><td>{_cell(e['baseline_samples'])}</td>"
+            "</tr></table></div>",
+        ]
     return out

@@ -37,8 +37,12 @@ def variants(algorithms: list[str], rates: list[float]) -> dict[str, dict]:
     for lr in rates:
         for a in algorithms:
             base = variant_name("grpo", lr) if a != "grpo" and "grpo" in algorithms else ""
-            out[variant_name(a, lr)] = {"algorithm": a, "baseline": base, "rl": {"lr": lr},
-                         "description": f"{a.upper()} at lr {lr_name(lr)} (fair protocol grid)"}
+            out[variant_name(a, lr)] = {
+                "algorithm": a,
+                "baseline": base,
+                "rl": {"lr": lr},
+                "description": f"{a.upper()} at lr {lr_name(lr)} (fair protocol grid)",
+            }
     return out
 
 
@@ -53,10 +57,24 @@ def select_config(config: dict, base: str, algorithms: list[str], seeds: list[in
     summaries of its runs."""
     s = settings(config)
     bench = s["benchmark"]
-    return {"benchmark": bench, "seeds": seeds, "grid": {
-        a: [{"lr": lr, "variant": variant_name(a, lr),
-             "results": [f"{base}/eval/{variant_name(a, lr)}/seed{sd}/val/{bench}/results.jsonl"
-                         for sd in seeds]} for lr in grid(config)] for a in algorithms}}
+    return {
+        "benchmark": bench,
+        "seeds": seeds,
+        "grid": {
+            a: [
+                {
+                    "lr": lr,
+                    "variant": variant_name(a, lr),
+                    "results": [
+                        f"{base}/eval/{variant_name(a, lr)}/seed{sd}/val/{bench}/results.jsonl"
+                        for sd in seeds
+                    ],
+                }
+                for lr in grid(config)
+            ]
+            for a in algorithms
+        },
+    }
 
 
 def val_bench(config: dict, benchmarks: list[str], rl_tasks) -> str:
@@ -66,8 +84,10 @@ def val_bench(config: dict, benchmarks: list[str], rl_tasks) -> str:
 
     b = settings(config)["benchmark"]
     if b not in benchmarks or not rl_tasks.get(b):
-        raise ConfigError(f"config: fair.benchmark: {b!r} must be in benchmarks and in the RL "
-                          "mix (its validation problems are held out of its RL prompts)")
+        raise ConfigError(
+            f"config: fair.benchmark: {b!r} must be in benchmarks and in the RL "
+            "mix (its validation problems are held out of its RL prompts)"
+        )
     return b
 
 
@@ -77,18 +97,26 @@ def stage_configs(plan) -> dict[str, dict]:
     if not plan.lr_grid:
         return {}
     b = plan.val_bench()
-    return {f"eval/{b}-val": val_eval_config(plan.eval_cfgs[b], plan.data_file(b, "val"),
-                                             settings(plan.config)["samples"]),
-            "select": select_config(plan.config, plan.base, plan.algorithms, plan.seeds)}
+    return {
+        f"eval/{b}-val": val_eval_config(
+            plan.eval_cfgs[b], plan.data_file(b, "val"), settings(plan.config)["samples"]
+        ),
+        "select": select_config(plan.config, plan.base, plan.algorithms, plan.seeds),
+    }
 
 
 def val_results(plan) -> list[str]:
     """Every grid run's validation results (pipeline.select's inputs)."""
     if not plan.lr_grid:
         return []
-    return [p for pts in select_config(plan.config, plan.base, plan.algorithms,
-                                       plan.seeds)["grid"].values() for pt in pts
-            for p in pt["results"]]
+    return [
+        p
+        for pts in select_config(plan.config, plan.base, plan.algorithms, plan.seeds)[
+            "grid"
+        ].values()
+        for pt in pts
+        for p in pt["results"]
+    ]
 
 
 def selection(plan) -> list[str]:

@@ -34,7 +34,7 @@ def _flag(argv: list[str], *names: str) -> str | None:
             if a == n and i + 1 < len(argv):
                 found = argv[i + 1]
             elif a.startswith(n + "=") and n.startswith("--"):
-                found = a[len(n) + 1:]
+                found = a[len(n) + 1 :]
     return found
 
 
@@ -49,15 +49,26 @@ def executor(basedir, argv: list[str] | None = None) -> str:
     named = _flag(argv, "--executor", "-e")
     if named:
         return named
-    for profile in (_flag(argv, "--profile") or os.environ.get("SNAKEMAKE_PROFILE"),
-                    _flag(argv, "--workflow-profile") or pathlib.Path(basedir) / "profiles" / "default"):
+    for profile in (
+        _flag(argv, "--profile") or os.environ.get("SNAKEMAKE_PROFILE"),
+        _flag(argv, "--workflow-profile") or pathlib.Path(basedir) / "profiles" / "default",
+    ):
         if not profile:
             continue
         # relative to where snakemake was started (-d has since changed the working directory),
         # the workflow, or the user's profiles
-        folder = next((f for f in (pathlib.Path(os.environ.get("PWD", ".")) / profile,
-                                   pathlib.Path(profile), pathlib.Path(basedir) / profile)
-                       if f.is_dir()), pathlib.Path.home() / ".config" / "snakemake" / str(profile))
+        folder = next(
+            (
+                f
+                for f in (
+                    pathlib.Path(os.environ.get("PWD", ".")) / profile,
+                    pathlib.Path(profile),
+                    pathlib.Path(basedir) / profile,
+                )
+                if f.is_dir()
+            ),
+            pathlib.Path.home() / ".config" / "snakemake" / str(profile),
+        )
         for name in ("config.v9+.yaml", "config.v8+.yaml", "config.yaml"):
             if (folder / name).is_file():
                 found = (yaml.safe_load((folder / name).read_text()) or {}).get("executor")
@@ -68,10 +79,27 @@ def executor(basedir, argv: list[str] | None = None) -> str:
 
 
 # snakemake flags under which no job runs (besides a dry run)
-NO_JOBS = ("--lint", "--report", "--dag", "--d3dag", "--rulegraph", "--filegraph", "--list",
-           "--list-rules", "--list-target-rules", "--lt", "--summary", "--detailed-summary",
-           "--unlock", "--cleanup-metadata", "--containerize", "--archive", "--export-cwl",
-           "--generate-unit-tests", "--print-compilation")
+NO_JOBS = (
+    "--lint",
+    "--report",
+    "--dag",
+    "--d3dag",
+    "--rulegraph",
+    "--filegraph",
+    "--list",
+    "--list-rules",
+    "--list-target-rules",
+    "--lt",
+    "--summary",
+    "--detailed-summary",
+    "--unlock",
+    "--cleanup-metadata",
+    "--containerize",
+    "--archive",
+    "--export-cwl",
+    "--generate-unit-tests",
+    "--print-compilation",
+)
 
 
 def runs_jobs(argv: list[str] | None = None) -> bool:
@@ -89,10 +117,13 @@ def put_interpreter_first() -> None:
 def tracking_uri(config: dict, root: pathlib.Path) -> str:
     """MLFLOW_TRACKING_URI, else the config's tracking.uri, else the sqlite store under results/;
     a relative sqlite path is made absolute against the working directory."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or config.get("tracking", {}).get("uri") \
+    uri = (
+        os.environ.get("MLFLOW_TRACKING_URI")
+        or config.get("tracking", {}).get("uri")
         or DEFAULT_TRACKING_URI
+    )
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = "sqlite:///" + str((root / uri[len("sqlite:///"):]).resolve())
+        uri = "sqlite:///" + str((root / uri[len("sqlite:///") :]).resolve())
     return uri
 
 
@@ -114,8 +145,7 @@ def tracking_flags(uri: str, experiment: str, argv: list[str] | None = None) -> 
     the tags that tie a run to this workflow invocation. Unrecorded: the command line of
     each invocation differs, and recording elsewhere must not re-run a stage."""
     argv = sys.argv if argv is None else argv
-    tags = {"experiment": experiment, "workflow": "snakemake",
-            "workflow_command": " ".join(argv)}
+    tags = {"experiment": experiment, "workflow": "snakemake", "workflow_command": " ".join(argv)}
     flags = ["--tracking-uri", uri, "--experiment", experiment]
     for k, v in tags.items():
         flags += ["--tag", f"{k}={v}"]

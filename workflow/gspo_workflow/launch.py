@@ -48,20 +48,31 @@ def launcher(resources) -> str:
         return f"torchrun --standalone --nproc-per-node={procs} -m"
     problems = []
     if not resources.get("gres"):
-        problems.append("gres (GPUs per node, e.g. gpu:h100:8; `gpu` is a count for the whole "
-                        "job)")
+        problems.append("gres (GPUs per node, e.g. gpu:h100:8; `gpu` is a count for the whole job)")
     if int(resources.get("tasks", 0) or 0) != nodes:
         problems.append(f"tasks: {nodes} (one torchrun per node)")
     if not resources.get("mpi"):
         problems.append("mpi: srun (the job's command starts its own srun step)")
     if problems:
         raise ValueError(f"resources: nodes={nodes} also needs " + "; ".join(problems))
-    srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
-            f"--gres={resources.get('gres')}", "--kill-on-bad-exit=1"]
+    srun = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        f"--gres={resources.get('gres')}",
+        "--kill-on-bad-exit=1",
+    ]
     if resources.get("cpus_per_task"):
         # the step's tasks get one CPU each unless told (srun no longer inherits sbatch's count)
         srun.append(f"--cpus-per-task={int(resources.get('cpus_per_task'))}")
-    torchrun = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={gpus}",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint=$(hostname):{RDZV_PORT}",
-                "--rdzv-id=$SLURM_JOB_ID", "-m"]
+    torchrun = [
+        "torchrun",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={gpus}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=$(hostname):{RDZV_PORT}",
+        "--rdzv-id=$SLURM_JOB_ID",
+        "-m",
+    ]
     return " ".join([shlex.join(srun)] + torchrun)

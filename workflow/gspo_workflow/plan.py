@@ -39,8 +39,16 @@ from . import fair, invocation, launch, preflight
 
 PARTS = ("sft", "rl", "test")
 # RL fields the workflow sets itself, per run.
-RL_MANAGED = ("algorithm", "seed", "model", "out_dir", "train_data", "ckpt_every", "keep_steps",
-              "prompt")
+RL_MANAGED = (
+    "algorithm",
+    "seed",
+    "model",
+    "out_dir",
+    "train_data",
+    "ckpt_every",
+    "keep_steps",
+    "prompt",
+)
 SFT_MANAGED = ("out_dir", "train_data", "eval_data", "prompt")
 
 
@@ -72,7 +80,9 @@ def deep_merge(base: dict, over: dict) -> dict:
     rl.rollout.dtype and keep rl.rollout.engine)."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = (
+            deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
     return out
 
 
@@ -96,7 +106,7 @@ class Plan:
         self.experiment = config["experiment"]
         self.base = f"results/{self.experiment}"
         self.algorithms = list(config["algorithms"])
-        self.lr_grid = fair.grid(config)     # the fair protocol's (gspo_workflow.fair)
+        self.lr_grid = fair.grid(config)  # the fair protocol's (gspo_workflow.fair)
         # The compared runs: each plain algorithm, then each configured variant (an algorithm
         # with RLConfig overrides and the run it is measured against). Rules, paths and MLflow
         # run names use the variant's name; its algorithm is a tag.
@@ -106,17 +116,22 @@ class Plan:
         self.benchmarks = list(config["benchmarks"])
         # canonical task order (aime, lcb, cf): the mix samples files by index, so the order in
         # which a YAML mapping happens to list them must not change the data
-        self.train_tasks = {t: config["train_tasks"][t] for t in TASKS if t in config["train_tasks"]}
+        self.train_tasks = {
+            t: config["train_tasks"][t] for t in TASKS if t in config["train_tasks"]
+        }
         rl_tasks = config.get("rl_tasks") or config["train_tasks"]
         self.rl_tasks = {t: rl_tasks[t] for t in TASKS if t in rl_tasks}
-        self.data_tasks = sorted(set(self.benchmarks) | set(self.train_tasks) | set(self.rl_tasks),
-                                 key=TASKS.index)
+        self.data_tasks = sorted(
+            set(self.benchmarks) | set(self.train_tasks) | set(self.rl_tasks), key=TASKS.index
+        )
         self._check_lists()
         # one prompt format for SFT, RL and evaluation (gspo.model.tokens)
         self.prompt = dict(config.get("prompt") or {})
         self.data_cfg = self._data_config()
         self.sft_cfg = self._sft_config()
-        self.rl_steps = int(config["rl"].get("steps", RLConfig.__dataclass_fields__["steps"].default))
+        self.rl_steps = int(
+            config["rl"].get("steps", RLConfig.__dataclass_fields__["steps"].default)
+        )
         self.steps_of = budget_steps(self.rl_steps, self.budgets)
         self._check_budgets()
         nonzero = [s for s in self.steps_of.values() if s > 0]
@@ -125,8 +140,11 @@ class Plan:
         self.eval_cfgs = {b: self._eval_config(b) for b in self.benchmarks}
         # the checkpoints between budget 0 and the last, where a benchmark's `intermediate`
         # settings (fewer problems or samples) differ from its full ones
-        self.mid_eval_cfgs = {b: cfg for b in self.benchmarks
-                              if (cfg := self._eval_config(b, intermediate=True)) != self.eval_cfgs[b]}
+        self.mid_eval_cfgs = {
+            b: cfg
+            for b in self.benchmarks
+            if (cfg := self._eval_config(b, intermediate=True)) != self.eval_cfgs[b]
+        }
         self.report_cfg = dict(config["report"])
         self.tracking_uri = invocation.tracking_uri(config, self.workdir)
 
@@ -150,17 +168,32 @@ class Plan:
     def _variants(self) -> dict[str, dict]:
         """{name: {algorithm, baseline, description, rl}} in config order, plain algorithms
         first; a baseline "" resolves to the variant named after the algorithm, when present."""
-        out = fair.variants(self.algorithms, self.lr_grid) if self.lr_grid else {
-            a: {"algorithm": a, "baseline": "", "description": "", "rl": {}} for a in self.algorithms}
+        out = (
+            fair.variants(self.algorithms, self.lr_grid)
+            if self.lr_grid
+            else {
+                a: {"algorithm": a, "baseline": "", "description": "", "rl": {}}
+                for a in self.algorithms
+            }
+        )
         for name, v in (self.config.get("variants") or {}).items():
             if name in out:
-                self._fail(f"variants.{name}", "has the name of a plain algorithm in "
-                           "`algorithms`; give the variant another name")
+                self._fail(
+                    f"variants.{name}",
+                    "has the name of a plain algorithm in "
+                    "`algorithms`; give the variant another name",
+                )
             if name == "sft":
-                self._fail(f"variants.{name}", "'sft' names the SFT model's evaluations; "
-                           "give the variant another name")
-            out[name] = {"algorithm": v.get("algorithm", "gspo"), "baseline": v.get("baseline", ""),
-                         "description": v.get("description", ""), "rl": v.get("rl") or {}}
+                self._fail(
+                    f"variants.{name}",
+                    "'sft' names the SFT model's evaluations; give the variant another name",
+                )
+            out[name] = {
+                "algorithm": v.get("algorithm", "gspo"),
+                "baseline": v.get("baseline", ""),
+                "description": v.get("description", ""),
+                "rl": v.get("rl") or {},
+            }
         if not out:
             self._fail("algorithms", "and variants are both empty: nothing to train")
         for name, v in out.items():
@@ -168,8 +201,10 @@ class Plan:
                 continue
             base = v["baseline"] or (v["algorithm"] if v["algorithm"] in out else "")
             if base and base not in out:
-                self._fail(f"variants.{name}.baseline", f"{base!r} is neither in algorithms nor "
-                           f"in variants ({', '.join(out)})")
+                self._fail(
+                    f"variants.{name}.baseline",
+                    f"{base!r} is neither in algorithms nor in variants ({', '.join(out)})",
+                )
             if base == name:
                 self._fail(f"variants.{name}.baseline", "a variant cannot be its own baseline")
             v["baseline"] = base
@@ -179,11 +214,17 @@ class Plan:
         seen = {}
         for b, s in self.steps_of.items():
             if b > 0 and s == 0:
-                self._fail("budgets", f"{b}% of rl.steps={self.rl_steps} rounds to step 0; "
-                           "raise rl.steps or the budget")
+                self._fail(
+                    "budgets",
+                    f"{b}% of rl.steps={self.rl_steps} rounds to step 0; "
+                    "raise rl.steps or the budget",
+                )
             if s in seen:
-                self._fail("budgets", f"{seen[s]}% and {b}% of rl.steps={self.rl_steps} are the "
-                           f"same step {s}; raise rl.steps or drop one")
+                self._fail(
+                    "budgets",
+                    f"{seen[s]}% and {b}% of rl.steps={self.rl_steps} are the "
+                    f"same step {s}; raise rl.steps or drop one",
+                )
             seen[s] = b
 
     def _model_exists(self, key: str, model: str):
@@ -191,11 +232,15 @@ class Plan:
             return
         p = pathlib.Path(model)
         if not (p / "config.json").is_file():
-            msg = (f"{model!r} is neither a model preset ({', '.join(sorted(PRESETS))}) nor a "
-                   "model directory with a config.json")
+            msg = (
+                f"{model!r} is neither a model preset ({', '.join(sorted(PRESETS))}) nor a "
+                "model directory with a config.json"
+            )
             if self.dry_run:
-                print(f"warning: config: {key}: {msg} (a dry run goes on; a real run stops here)",
-                      file=sys.stderr)
+                print(
+                    f"warning: config: {key}: {msg} (a dry run goes on; a real run stops here)",
+                    file=sys.stderr,
+                )
             else:
                 self._fail(key, msg)
 
@@ -211,7 +256,8 @@ class Plan:
 
     def data_files(self) -> list[str]:
         return [self.data_file(t, p) for t in self.data_tasks for p in PARTS] + (
-            [self.data_file(self.val_bench(), "val")] if self.lr_grid else [])
+            [self.data_file(self.val_bench(), "val")] if self.lr_grid else []
+        )
 
     def val_bench(self) -> str:
         return fair.val_bench(self.config, self.benchmarks, self.rl_tasks)
@@ -224,11 +270,18 @@ class Plan:
             d.update(val_n=fair.settings(self.config)["problems"], val_tasks=[self.val_bench()])
         cfg = self._typed(DataGenConfig, d, "data")
         for task in TASKS:
-            for part in (*PARTS, "generated_tests"):     # a generated_tests folder is local
+            for part in (*PARTS, "generated_tests"):  # a generated_tests folder is local
                 src = getattr(getattr(cfg.files, task), part)
-                local = part == "generated_tests" or src.startswith((".", "/")) or \
-                    src.endswith((".json", ".jsonl", ".parquet", ".csv"))
-                if src and local and not (glob.glob(src) if "*" in src else pathlib.Path(src).exists()):
+                local = (
+                    part == "generated_tests"
+                    or src.startswith((".", "/"))
+                    or src.endswith((".json", ".jsonl", ".parquet", ".csv"))
+                )
+                if (
+                    src
+                    and local
+                    and not (glob.glob(src) if "*" in src else pathlib.Path(src).exists())
+                ):
                     msg = f"{src}: file not found"
                     if self.dry_run:
                         print(f"warning: config: data.files.{task}.{part}: {msg}", file=sys.stderr)
@@ -246,8 +299,12 @@ class Plan:
             if k in d:
                 self._fail(f"sft.{k}", "is set by the workflow; leave it out")
         self._model_exists("sft.model", d.get("model", "tiny"))
-        d.update(out_dir=f"{self.base}/sft", train_data=self._mix("sft"), prompt=self.prompt,
-                 eval_data=self.data_file("aime", "test") if "aime" in self.data_tasks else "")
+        d.update(
+            out_dir=f"{self.base}/sft",
+            train_data=self._mix("sft"),
+            prompt=self.prompt,
+            eval_data=self.data_file("aime", "test") if "aime" in self.data_tasks else "",
+        )
         cfg = self._typed(SFTConfig, d, "sft")
         preflight.sft_engine_check(cfg)
         return cfg
@@ -259,16 +316,25 @@ class Plan:
         d = deep_merge(d, (self.config["rl"].get("per_algorithm") or {}).get(algorithm) or {})
         for k in RL_MANAGED:
             if k in d:
-                self._fail(f"rl.{k}", "is set by the workflow (per algorithm and seed); leave it out")
+                self._fail(
+                    f"rl.{k}", "is set by the workflow (per algorithm and seed); leave it out"
+                )
             if k in v["rl"]:
                 self._fail(f"variants.{variant}.rl.{k}", "is set by the workflow; leave it out")
         d = deep_merge(d, v["rl"])
-        d.update(algorithm=algorithm, seed=seed, model=f"{self.base}/sft/model",
-                 out_dir=self.rl_dir(variant, seed), train_data=self._mix("rl"),
-                 ckpt_every=self.ckpt_every, keep_steps=self.nonzero_steps(), prompt=self.prompt)
+        d.update(
+            algorithm=algorithm,
+            seed=seed,
+            model=f"{self.base}/sft/model",
+            out_dir=self.rl_dir(variant, seed),
+            train_data=self._mix("rl"),
+            ckpt_every=self.ckpt_every,
+            keep_steps=self.nonzero_steps(),
+            prompt=self.prompt,
+        )
         key = "rl" if variant in self.algorithms else f"variants.{variant}.rl"
         cfg = self._typed(RLConfig, d, key)
-        preflight.engine_check(cfg, key)   # a refusal stops the plan, not a GPU job hours later
+        preflight.engine_check(cfg, key)  # a refusal stops the plan, not a GPU job hours later
         return cfg
 
     def _eval_config(self, bench: str, *, intermediate: bool = False) -> dict:
@@ -294,8 +360,10 @@ class Plan:
 
     def stage_texts(self) -> dict[str, str]:
         """{config file: content} of every stage."""
-        out = {self.cfg_path("data"): dump(to_dict(self.data_cfg)),
-               self.cfg_path("sft"): dump(to_dict(self.sft_cfg))}
+        out = {
+            self.cfg_path("data"): dump(to_dict(self.data_cfg)),
+            self.cfg_path("sft"): dump(to_dict(self.sft_cfg)),
+        }
         for (a, s), cfg in self.rl_cfgs.items():
             out[self.cfg_path(f"rl/{a}-seed{s}")] = dump(to_dict(cfg))
         for b, cfg in self.eval_cfgs.items():
@@ -304,13 +372,22 @@ class Plan:
             out[self.cfg_path(f"eval/{b}-intermediate")] = dump(cfg)
         out[self.cfg_path("workflow")] = dump(self.config)
         out.update({self.cfg_path(k): dump(v) for k, v in fair.stage_configs(self).items()})
-        out[self.cfg_path("report")] = dump({
-            **self.report_cfg, "experiment": self.experiment, "algorithms": self.algorithms,
-            "seeds": self.seeds, "budgets": self.budgets, "benchmarks": self.benchmarks,
-            "variants": {n: {k: v[k] for k in ("algorithm", "baseline", "description")}
-                         for n, v in self.variants.items()},
-            "budget_steps": {str(b): s for b, s in self.steps_of.items()},
-            "rl_steps": self.rl_steps})
+        out[self.cfg_path("report")] = dump(
+            {
+                **self.report_cfg,
+                "experiment": self.experiment,
+                "algorithms": self.algorithms,
+                "seeds": self.seeds,
+                "budgets": self.budgets,
+                "benchmarks": self.benchmarks,
+                "variants": {
+                    n: {k: v[k] for k in ("algorithm", "baseline", "description")}
+                    for n, v in self.variants.items()
+                },
+                "budget_steps": {str(b): s for b, s in self.steps_of.items()},
+                "rl_steps": self.rl_steps,
+            }
+        )
         return out
 
     def write_stage_configs(self) -> list[str]:
@@ -343,8 +420,12 @@ class Plan:
         """The eval configs of a run's checkpoint at `wildcards.budget`: a benchmark's
         intermediate ones between budget 0 and the last, its full ones at the last."""
         mid = 0 < int(wildcards.budget) < self.budgets[-1]
-        return [self.cfg_path(f"eval/{b}-intermediate" if mid and b in self.mid_eval_cfgs
-                              else f"eval/{b}") for b in self.benchmarks]
+        return [
+            self.cfg_path(
+                f"eval/{b}-intermediate" if mid and b in self.mid_eval_cfgs else f"eval/{b}"
+            )
+            for b in self.benchmarks
+        ]
 
     def checkpoint_eval_sha(self, wildcards) -> str:
         return sha("".join(self.config_sha(p) for p in self.checkpoint_eval_configs(wildcards)))
@@ -361,8 +442,9 @@ class Plan:
         return self.step_of(wildcards.budget)
 
     def sft_data(self, wildcards) -> list[str]:
-        return [self.data_file(t, "sft") for t in self.train_tasks] + \
-            ([self.data_file("aime", "test")] if "aime" in self.data_tasks else [])
+        return [self.data_file(t, "sft") for t in self.train_tasks] + (
+            [self.data_file("aime", "test")] if "aime" in self.data_tasks else []
+        )
 
     def rl_data(self, wildcards) -> list[str]:
         return [self.data_file(t, "rl") for t in self.rl_tasks]
@@ -370,7 +452,9 @@ class Plan:
     def engine_regex(self, verl: bool) -> str:
         """The variants verl trains (verl=True: workflow/rules/verl.smk) or the others (rule rl):
         each rule's wildcard constraint, so that exactly one makes a run's summary.json."""
-        names = [v for v in self.variants if (self.rl_cfgs[v, self.seeds[0]].engine == "verl") == verl]
+        names = [
+            v for v in self.variants if (self.rl_cfgs[v, self.seeds[0]].engine == "verl") == verl
+        ]
         return regex_of(names) if names else "(?!)"
 
     def rl_dirs(self) -> list[str]:
@@ -390,8 +474,11 @@ class Plan:
         return self.sft_eval_summaries() if 0 in self.budgets else []
 
     def run_eval_summaries(self, wildcards) -> list[str]:
-        return [f"{self.eval_out(wildcards.variant, wildcards.seed, b, bench)}/summary.json"
-                for b in self.nonzero_budgets() for bench in self.benchmarks]
+        return [
+            f"{self.eval_out(wildcards.variant, wildcards.seed, b, bench)}/summary.json"
+            for b in self.nonzero_budgets()
+            for bench in self.benchmarks
+        ]
 
     def nonzero_budgets(self) -> list[int]:
         return [b for b in self.budgets if b > 0]
@@ -402,16 +489,22 @@ class Plan:
     def tracked(self) -> list[str]:
         """The track_* outputs: every evaluation recorded in MLflow."""
         return [f"{self.base}/eval/sft/mlflow.json"] + [
-            f"{self.base}/eval/{v}/seed{s}/mlflow.json" for v in self.variants
-            for s in self.seeds]
+            f"{self.base}/eval/{v}/seed{s}/mlflow.json" for v in self.variants for s in self.seeds
+        ]
 
     def report_outputs(self) -> dict[str, str]:
         r = f"{self.base}/report"
-        return {"html": f"{r}/index.html", "score": f"{r}/score_vs_compute.png",
-                "final": f"{r}/final_scores.png",
-                "reward": f"{r}/reward_vs_compute.png", "clip": f"{r}/clip_fraction.png",
-                "table": f"{r}/final_scores.csv", "stability": f"{r}/stability.csv",
-                "variants": f"{r}/variants.csv", "moe": f"{r}/moe.csv"}
+        return {
+            "html": f"{r}/index.html",
+            "score": f"{r}/score_vs_compute.png",
+            "final": f"{r}/final_scores.png",
+            "reward": f"{r}/reward_vs_compute.png",
+            "clip": f"{r}/clip_fraction.png",
+            "table": f"{r}/final_scores.csv",
+            "stability": f"{r}/stability.csv",
+            "variants": f"{r}/variants.csv",
+            "moe": f"{r}/moe.csv",
+        }
 
     def baseline_param(self, wildcards) -> str:
         return self.variants[wildcards.variant]["baseline"]
@@ -424,8 +517,10 @@ class Plan:
     def track_eval_flags(self, wildcards) -> str:
         """pipeline.track's --eval BUDGET=FOLDER of every budget of (variant, seed)."""
         evals = [f"0={self.base}/eval/sft"] if 0 in self.budgets else []
-        evals += [f"{b}={self.base}/eval/{wildcards.variant}/seed{wildcards.seed}/b{b}"
-                  for b in self.nonzero_budgets()]
+        evals += [
+            f"{b}={self.base}/eval/{wildcards.variant}/seed{wildcards.seed}/b{b}"
+            for b in self.nonzero_budgets()
+        ]
         return " ".join(f"--eval {shlex.quote(e)}" for e in evals)
 
     @staticmethod

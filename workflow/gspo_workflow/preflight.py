@@ -28,7 +28,7 @@ from gspo.infra import compute_plan as cp
 from gspo.infra.memory_plan import PRESETS, Shape
 
 LOCAL_EXECUTORS = ("local", "dryrun", "touch")
-ASSUMED_TEST_PROBLEMS = 300     # a real test set without a limit whose files are not here
+ASSUMED_TEST_PROBLEMS = 300  # a real test set without a limit whose files are not here
 SERVER = "python -m pipeline.mlflow_server --host 0.0.0.0"
 
 
@@ -69,18 +69,22 @@ def sandbox_problem(plan) -> str | None:
         sandbox.check_available()
     except sandbox.SandboxUnavailable as e:
         names = ", ".join(dict.fromkeys(need))
-        return (f"config: benchmarks / rl_tasks: {names} run programs in the sandbox, which does "
-                f"not work here ({' '.join(str(e).split())}); see docs/SANDBOX.md, or leave "
-                f"{names} out of benchmarks and RL (rl_tasks: {{aime: 1.0}})")
+        return (
+            f"config: benchmarks / rl_tasks: {names} run programs in the sandbox, which does "
+            f"not work here ({' '.join(str(e).split())}); see docs/SANDBOX.md, or leave "
+            f"{names} out of benchmarks and RL (rl_tasks: {{aime: 1.0}})"
+        )
     return None
 
 
 def store_warning(uri: str, executor: str) -> str | None:
     if uri.startswith("sqlite:") and executor not in LOCAL_EXECUTORS:
-        return (f"warning: the MLflow store is SQLite ({uri}) and the jobs run on the {executor} "
-                "executor: concurrent jobs on a shared file system are the wrong store for it "
-                f"(docs/MLFLOW.md); start a tracking server ({SERVER}) and set tracking.uri or "
-                "MLFLOW_TRACKING_URI to the URI it prints")
+        return (
+            f"warning: the MLflow store is SQLite ({uri}) and the jobs run on the {executor} "
+            "executor: concurrent jobs on a shared file system are the wrong store for it "
+            f"(docs/MLFLOW.md); start a tracking server ({SERVER}) and set tracking.uri or "
+            "MLFLOW_TRACKING_URI to the URI it prints"
+        )
     return None
 
 
@@ -103,6 +107,7 @@ def report(plan, executor: str = "local", out=sys.stderr, runs_jobs: bool | None
 
 
 # -- the compute --------------------------------------------------------------------------------
+
 
 def shape_of(model: str) -> Shape | None:
     """A model's shapes: its directory's config.json, else a gspo.infra.memory_plan preset its name
@@ -136,8 +141,12 @@ def _rows(pattern: str) -> int | None:
         return None
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(p).metadata.num_rows if p.endswith(".parquet")
-               else sum(1 for line in open(p) if line.strip()) for p in paths)
+    return sum(
+        pq.ParquetFile(p).metadata.num_rows
+        if p.endswith(".parquet")
+        else sum(1 for line in open(p) if line.strip())
+        for p in paths
+    )
 
 
 def evaluations(plan) -> list[tuple[dict, int]]:
@@ -146,29 +155,64 @@ def evaluations(plan) -> list[tuple[dict, int]]:
     runs = len(plan.variants) * len(plan.seeds)
     mids = len([b for b in plan.nonzero_budgets() if b != plan.budgets[-1]])
     full = runs + (1 if 0 in plan.budgets else 0)
-    return [pair for b in plan.benchmarks for pair in
-            ((plan.eval_cfgs[b], full), (plan.mid_eval_cfgs.get(b, plan.eval_cfgs[b]), runs * mids))
-            if pair[1]]
+    return [
+        pair
+        for b in plan.benchmarks
+        for pair in (
+            (plan.eval_cfgs[b], full),
+            (plan.mid_eval_cfgs.get(b, plan.eval_cfgs[b]), runs * mids),
+        )
+        if pair[1]
+    ]
 
 
 def _gpu_hours(plan, shape: Shape, gpu: cp.GPU) -> dict[str, float]:
     s, hours = plan.sft_cfg, {}
     if s.device.startswith("cuda"):
-        hours["sft"] = cp.sft_gpu_seconds(shape, gpu, steps=s.steps, batch_size=s.batch_size,
-                                          max_len=s.max_len) / 3600
+        hours["sft"] = (
+            cp.sft_gpu_seconds(
+                shape, gpu, steps=s.steps, batch_size=s.batch_size, max_len=s.max_len
+            )
+            / 3600
+        )
     rl = [c for c in plan.rl_cfgs.values() if c.device.startswith("cuda")]
     if rl:
-        hours["rl"] = sum(sum(cp.rl_gpu_seconds(
-            shape, gpu, steps=c.steps, prompts=c.prompts_per_step, group=c.group_size,
-            max_new=c.max_new_tokens, minibatches=c.minibatches, epochs=c.epochs,
-            recompute=c.old_logprobs == "recompute",
-            share=c.rollout.gpu_memory_utilization or 0.3).values()) for c in rl) / 3600
+        hours["rl"] = (
+            sum(
+                sum(
+                    cp.rl_gpu_seconds(
+                        shape,
+                        gpu,
+                        steps=c.steps,
+                        prompts=c.prompts_per_step,
+                        group=c.group_size,
+                        max_new=c.max_new_tokens,
+                        minibatches=c.minibatches,
+                        epochs=c.epochs,
+                        recompute=c.old_logprobs == "recompute",
+                        share=c.rollout.gpu_memory_utilization or 0.3,
+                    ).values()
+                )
+                for c in rl
+            )
+            / 3600
+        )
     ev = [(c, n) for c, n in evaluations(plan) if c["device"].startswith("cuda")]
     if ev:
-        hours["eval"] = sum(n * cp.eval_gpu_seconds(
-            shape, gpu, samples=c["samples"] * test_problems(plan, c["benchmark"], c["limit"])[0],
-            max_new=c["max_new_tokens"], share=c["gpu_memory_utilization"] or 0.9)
-            for c, n in ev) / 3600
+        hours["eval"] = (
+            sum(
+                n
+                * cp.eval_gpu_seconds(
+                    shape,
+                    gpu,
+                    samples=c["samples"] * test_problems(plan, c["benchmark"], c["limit"])[0],
+                    max_new=c["max_new_tokens"],
+                    share=c["gpu_memory_utilization"] or 0.9,
+                )
+                for c, n in ev
+            )
+            / 3600
+        )
     return hours
 
 
@@ -177,17 +221,23 @@ def _cpu_seconds(plan) -> dict[str, float]:
     out = {"data": r["start"]}
     if not s.device.startswith("cuda"):
         out["sft"] = r["start"] + s.steps * s.batch_size * r["sft"]
-    out["rl"] = sum(r["start"] + c.steps * c.prompts_per_step * c.group_size * c.max_new_tokens
-                    * r["rl"] for c in plan.rl_cfgs.values() if not c.device.startswith("cuda"))
+    out["rl"] = sum(
+        r["start"] + c.steps * c.prompts_per_step * c.group_size * c.max_new_tokens * r["rl"]
+        for c in plan.rl_cfgs.values()
+        if not c.device.startswith("cuda")
+    )
     ev = [(c, n) for c, n in evaluations(plan) if not c["device"].startswith("cuda")]
-    if ev:      # one job evaluates one model on every benchmark
+    if ev:  # one job evaluates one model on every benchmark
         jobs = (0 in plan.budgets) + len(plan.rl_cfgs) * len(plan.nonzero_budgets())
         out["eval"] = jobs * r["start"] + sum(
-            n * c["samples"] * test_problems(plan, c["benchmark"], c["limit"])[0]
-            * c["max_new_tokens"] * r["eval_sandboxed" if c["benchmark"] in SANDBOXED else "eval"]
-            for c, n in ev)
-    out["track+report"] = (len(plan.rl_cfgs) + 1) * r["track"] + r["aggregate"] \
-        + r["report"]
+            n
+            * c["samples"]
+            * test_problems(plan, c["benchmark"], c["limit"])[0]
+            * c["max_new_tokens"]
+            * r["eval_sandboxed" if c["benchmark"] in SANDBOXED else "eval"]
+            for c, n in ev
+        )
+    out["track+report"] = (len(plan.rl_cfgs) + 1) * r["track"] + r["aggregate"] + r["report"]
     return {k: v for k, v in out.items() if v}
 
 
@@ -196,34 +246,54 @@ def compute_lines(plan, gpu: cp.GPU | None = None) -> list[str]:
     job-minutes for the rest."""
     gpu = gpu or cp.GPU()
     gpu_stages = plan.sft_cfg.device.startswith("cuda") or any(
-        c.device.startswith("cuda") for c in plan.rl_cfgs.values())
+        c.device.startswith("cuda") for c in plan.rl_cfgs.values()
+    )
     shape = shape_of(plan.sft_cfg.model) if gpu_stages else None
     hours = _gpu_hours(plan, shape, gpu) if shape else {}
     cpu = {k: v for k, v in _cpu_seconds(plan).items() if k not in hours}
     evals = sum(n for _, n in evaluations(plan))
-    what = {"rl": f" in {len(plan.rl_cfgs)} runs",
-            "eval": f" in {evals} model x benchmark evaluations"}
+    what = {
+        "rl": f" in {len(plan.rl_cfgs)} runs",
+        "eval": f" in {evals} model x benchmark evaluations",
+    }
     parts = [f"{k} {v:,.0f}{what.get(k, '')}" for k, v in hours.items()]
     minutes = [f"{k} {v / 60:,.1f}{what.get(k, '')}" for k, v in cpu.items()]
     if hours:
-        head = (f"plan: compute, estimated: ~{sum(hours.values()):,.0f} {gpu.name} GPU-hours ("
-                f"{', '.join(parts)}) and ~{sum(cpu.values()) / 60:,.0f} CPU job-minutes "
-                f"({', '.join(minutes)})")
+        head = (
+            f"plan: compute, estimated: ~{sum(hours.values()):,.0f} {gpu.name} GPU-hours ("
+            f"{', '.join(parts)}) and ~{sum(cpu.values()) / 60:,.0f} CPU job-minutes "
+            f"({', '.join(minutes)})"
+        )
     else:
-        head = (f"plan: compute, estimated: ~{sum(cpu.values()) / 60:,.0f} CPU job-minutes "
-                f"({', '.join(minutes)})")
+        head = (
+            f"plan: compute, estimated: ~{sum(cpu.values()) / 60:,.0f} CPU job-minutes "
+            f"({', '.join(minutes)})"
+        )
     notes = []
     if gpu_stages and not shape:
-        notes.append(f"GPU stages not estimated: sft.model {plan.sft_cfg.model!r} is neither a "
-                     f"model directory nor named like a preset ({', '.join(PRESETS)})")
+        notes.append(
+            f"GPU stages not estimated: sft.model {plan.sft_cfg.model!r} is neither a "
+            f"model directory nor named like a preset ({', '.join(PRESETS)})"
+        )
     if hours:
-        notes.append(f"assumed: responses {cp.RESPONSE_FILL:.0%} of max_new_tokens, prompts "
-                     f"{cp.PROMPT_TOKENS} tokens, SFT records {cp.SFT_FILL:.0%} of max_len, "
-                     f"training at {cp.TRAIN_MFU:.0%} MFU, decoding bound by memory bandwidth")
-    assumed = [b for b in plan.benchmarks if any(
-        test_problems(plan, b, c["limit"])[1] for c, _ in evaluations(plan) if c["benchmark"] == b)]
+        notes.append(
+            f"assumed: responses {cp.RESPONSE_FILL:.0%} of max_new_tokens, prompts "
+            f"{cp.PROMPT_TOKENS} tokens, SFT records {cp.SFT_FILL:.0%} of max_len, "
+            f"training at {cp.TRAIN_MFU:.0%} MFU, decoding bound by memory bandwidth"
+        )
+    assumed = [
+        b
+        for b in plan.benchmarks
+        if any(
+            test_problems(plan, b, c["limit"])[1]
+            for c, _ in evaluations(plan)
+            if c["benchmark"] == b
+        )
+    ]
     if assumed:
-        notes.append(f"{', '.join(assumed)}: {ASSUMED_TEST_PROBLEMS} test problems assumed (no "
-                     "limit, files not here)")
+        notes.append(
+            f"{', '.join(assumed)}: {ASSUMED_TEST_PROBLEMS} test problems assumed (no "
+            "limit, files not here)"
+        )
     notes.append("CPU rates measured on the default run, 2-core AMD EPYC")
     return [head, f"plan: ({'; '.join(notes)}; gspo.infra.compute_plan)"]

@@ -23,21 +23,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERL_VERSION = "0.9.1"
 # what verl's trainer, its vLLM rollout and this project's reward import (each import a literal,
 # so tests/test_layers.py sees every arrow)
-COMMON = {"verl.trainer.main_ppo": lambda: importlib.import_module("verl.trainer.main_ppo"),
-          "ray": lambda: importlib.import_module("ray"),
-          "vllm": lambda: importlib.import_module("vllm"),
-          "math_verify": lambda: importlib.import_module("math_verify"),
-          "pyarrow": lambda: importlib.import_module("pyarrow"),
-          "evaluators.for_verl": lambda: importlib.import_module("evaluators.for_verl")}
+COMMON = {
+    "verl.trainer.main_ppo": lambda: importlib.import_module("verl.trainer.main_ppo"),
+    "ray": lambda: importlib.import_module("ray"),
+    "vllm": lambda: importlib.import_module("vllm"),
+    "math_verify": lambda: importlib.import_module("math_verify"),
+    "pyarrow": lambda: importlib.import_module("pyarrow"),
+    "evaluators.for_verl": lambda: importlib.import_module("evaluators.for_verl"),
+}
 # verl's Megatron engine: Megatron-Core, Megatron-Bridge (its default bridge), Transformer
 # Engine (its checkpoints) and flash-attn's padding helpers (its sequence packing)
 MEGATRON = {
-    "verl.workers.engine.megatron.transformer_impl":
-        lambda: importlib.import_module("verl.workers.engine.megatron.transformer_impl"),
+    "verl.workers.engine.megatron.transformer_impl": lambda: importlib.import_module(
+        "verl.workers.engine.megatron.transformer_impl"
+    ),
     "megatron.core": lambda: importlib.import_module("megatron.core"),
     "megatron.bridge": lambda: importlib.import_module("megatron.bridge"),
     "transformer_engine": lambda: importlib.import_module("transformer_engine"),
-    "flash_attn.bert_padding": lambda: importlib.import_module("flash_attn.bert_padding")}
+    "flash_attn.bert_padding": lambda: importlib.import_module("flash_attn.bert_padding"),
+}
 
 
 def problems(config_name: str, gpus: int) -> list[str]:
@@ -48,8 +52,11 @@ def problems(config_name: str, gpus: int) -> list[str]:
         try:
             load()
         except Exception as e:  # noqa: BLE001 - any import failure is the finding
-            out.append(f"cannot import {name} ({type(e).__name__}: {str(e).splitlines()[0]})"
-                       if str(e) else f"cannot import {name} ({type(e).__name__})")
+            out.append(
+                f"cannot import {name} ({type(e).__name__}: {str(e).splitlines()[0]})"
+                if str(e)
+                else f"cannot import {name} ({type(e).__name__})"
+            )
     if "verl.trainer.main_ppo" in sys.modules:
         import verl
 
@@ -85,11 +92,15 @@ def main(argv=None) -> int:
     found = problems(args.config_name, args.gpus)
     host = socket.gethostname()
     if found:
-        print(f"verl_preflight: {host}: verl's environment cannot run this job: "
-              + "; ".join(found), file=sys.stderr)
+        print(
+            f"verl_preflight: {host}: verl's environment cannot run this job: " + "; ".join(found),
+            file=sys.stderr,
+        )
         return 1
-    print(f"verl_preflight: {host}: verl {VERL_VERSION}, {args.config_name}'s imports, the "
-          f"reward, bwrap and {args.gpus} GPUs: ok")
+    print(
+        f"verl_preflight: {host}: verl {VERL_VERSION}, {args.config_name}'s imports, the "
+        f"reward, bwrap and {args.gpus} GPUs: ok"
+    )
     return 0
 
 

@@ -41,8 +41,8 @@ RECORD_FIELDS = ("id", "task", "prompt", "answer")
 
 @dataclasses.dataclass(frozen=True)
 class Difficulty:
-    steps: int = 3         # number of +/- operations after the product
-    max_operand: int = 9   # operands are drawn from 1..max_operand
+    steps: int = 3  # number of +/- operations after the product
+    max_operand: int = 9  # operands are drawn from 1..max_operand
 
     def __post_init__(self):
         if self.steps < 0:
@@ -82,7 +82,9 @@ def split_of(problem: str, test_fraction: float = 0.1) -> str:
 def make_problem(rng: random.Random, difficulty: Difficulty) -> dict:
     a = rng.randint(1, difficulty.max_operand)
     b = rng.randint(1, difficulty.max_operand)
-    ops = [(rng.choice("+-"), rng.randint(1, difficulty.max_operand)) for _ in range(difficulty.steps)]
+    ops = [
+        (rng.choice("+-"), rng.randint(1, difficulty.max_operand)) for _ in range(difficulty.steps)
+    ]
     expr = f"{a}*{b}" + "".join(f"{op}{x}" for op, x in ops)
     problem = f"Compute ({expr}) mod {MOD}."
     value = a * b
@@ -109,9 +111,14 @@ def without_box(record: dict) -> dict:
     return {**record, "solution": head}
 
 
-def generate(n: int, *, split: str, seed: int,
-             difficulty: Difficulty | str | Iterable[Difficulty | str],
-             test_fraction: float = 0.1) -> list[dict]:
+def generate(
+    n: int,
+    *,
+    split: str,
+    seed: int,
+    difficulty: Difficulty | str | Iterable[Difficulty | str],
+    test_fraction: float = 0.1,
+) -> list[dict]:
     """`n` distinct problems of `split` ('train' or 'test'), deterministic in `seed`.
 
     `difficulty` is a Difficulty, a tier name, or several of either, mixed round-robin. Records
@@ -131,15 +138,22 @@ def generate(n: int, *, split: str, seed: int,
     while len(out) < n:
         tries += 1
         if tries > 200 * n + 10_000:
-            raise ValueError(f"could only generate {len(out)} distinct {split} problems of {n} asked; "
-                             "raise max_operand or steps")
+            raise ValueError(
+                f"could only generate {len(out)} distinct {split} problems of {n} asked; "
+                "raise max_operand or steps"
+            )
         d = diffs[len(out) % len(diffs)]
         rec = make_problem(rng, d)
         if rec["problem"] in seen or split_of(rec["problem"], test_fraction) != split:
             continue
         seen.add(rec["problem"])
-        rec = {"id": f"{TASK}-{split}-{seed}-{len(out):05d}", "task": TASK,
-               "prompt": rec["problem"] + "\n", **rec, "difficulty": dataclasses.asdict(d)}
+        rec = {
+            "id": f"{TASK}-{split}-{seed}-{len(out):05d}",
+            "task": TASK,
+            "prompt": rec["problem"] + "\n",
+            **rec,
+            "difficulty": dataclasses.asdict(d),
+        }
         tier = tier_of(d)
         if tier is not None:
             rec["tier"] = tier
@@ -149,6 +163,7 @@ def generate(n: int, *, split: str, seed: int,
 
 # -- scoring -----------------------------------------------------------------------------------
 
+
 def score(record: dict, completion: str) -> dict:
     """{passed, answer}: whether the final boxed answer of `completion` equals the record's
     `answer`, and that extracted answer's text (None when there is none)."""
@@ -156,8 +171,9 @@ def score(record: dict, completion: str) -> dict:
     return {"passed": got is not None and answers_match(got, record["answer"]), "answer": got}
 
 
-def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 1,
-               **options) -> list[dict]:
+def score_many(
+    records: Sequence[dict], completions: Sequence[str], workers: int = 1, **options
+) -> list[dict]:
     """score() of each (record, completion) pair, in order, serially on the calling thread
     (math-verify's timeouts only work on the main thread). `workers` and the code benchmarks'
     `options` (stop_at_first_failure, ...) are accepted for the shared interface and change
@@ -205,7 +221,7 @@ def _dataset(src: str, split: str, name: str | None, cache_dir):
     path = pathlib.Path(src)
     looks_local = path.is_absolute() or src.startswith(".") or path.suffix.lower() in _BUILDERS
     files = sorted(glob.glob(src)) if "*" in src else [src] if path.is_file() else []
-    if "*" in src and not files:    # a pattern picks one split's shards: data/train-*.parquet
+    if "*" in src and not files:  # a pattern picks one split's shards: data/train-*.parquet
         raise DataError(f"{src}: no files match")
     if looks_local and not files and not path.exists():
         raise DataError(f"{src}: file not found")
@@ -213,14 +229,18 @@ def _dataset(src: str, split: str, name: str | None, cache_dir):
         if files:
             builder = _BUILDERS.get(path.suffix.lower())
             if builder is None:
-                raise DataError(f"{src}: unsupported file type {path.suffix!r}; "
-                                f"expected one of {sorted(_BUILDERS)}")
-            return datasets.load_dataset(builder, data_files=files, split="train",
-                                         cache_dir=cache_dir)
-        if src in math_sources.HUB_CONFIGS and name is None:   # every config, concatenated
+                raise DataError(
+                    f"{src}: unsupported file type {path.suffix!r}; "
+                    f"expected one of {sorted(_BUILDERS)}"
+                )
+            return datasets.load_dataset(
+                builder, data_files=files, split="train", cache_dir=cache_dir
+            )
+        if src in math_sources.HUB_CONFIGS and name is None:  # every config, concatenated
             return math_sources.hub_rows(
                 lambda n, c, split: datasets.load_dataset(n, c, split=split, cache_dir=cache_dir),
-                src)
+                src,
+            )
         return datasets.load_dataset(src, name, split=split, cache_dir=cache_dir)
     except DataError:
         raise
@@ -235,7 +255,9 @@ def _record_id(row: dict, i: int, stem: str) -> str:
     pid, year = _field(row, ID_FIELDS), _field(row, YEAR_FIELDS)
     if pid is not None:
         pid = str(pid).strip()
-        return f"{TASK}-{year}-{pid}" if year is not None and str(year) not in pid else f"{TASK}-{pid}"
+        return (
+            f"{TASK}-{year}-{pid}" if year is not None and str(year) not in pid else f"{TASK}-{pid}"
+        )
     if year is not None:
         return f"{TASK}-{year}-{i:03d}"
     return f"{TASK}-{stem}-{i:05d}"
@@ -245,20 +267,31 @@ def _record(row: dict, i: int, src: str, stem: str) -> dict:
     """The project's record of row `i` (0-based) of `src`."""
     problem = _field(row, PROBLEM_FIELDS)
     if problem is None:
-        raise DataError(f"{src}: row {i + 1}: record is missing field 'problem' "
-                        f"(accepted: {', '.join(PROBLEM_FIELDS)})")
+        raise DataError(
+            f"{src}: row {i + 1}: record is missing field 'problem' "
+            f"(accepted: {', '.join(PROBLEM_FIELDS)})"
+        )
     answer = _field(row, ANSWER_FIELDS)
     if answer is None:
-        raise DataError(f"{src}: row {i + 1}: record is missing field 'answer' "
-                        f"(accepted: {', '.join(ANSWER_FIELDS)})")
+        raise DataError(
+            f"{src}: row {i + 1}: record is missing field 'answer' "
+            f"(accepted: {', '.join(ANSWER_FIELDS)})"
+        )
     as_int = plain_int(answer)
     answer = as_int if as_int is not None else str(answer).strip()
     solution = _field(row, SOLUTION_FIELDS)
     solution = str(solution).rstrip() if solution is not None else ""
     if last_boxed(solution) is None:
         solution = (solution + "\n" if solution else "") + f"\\boxed{{{answer}}}"
-    rec = {"id": _record_id(row, i, stem), "task": TASK, "prompt": make_prompt(str(problem)),
-           "problem": str(problem).strip(), "answer": answer, "solution": solution, "source": src}
+    rec = {
+        "id": _record_id(row, i, stem),
+        "task": TASK,
+        "prompt": make_prompt(str(problem)),
+        "problem": str(problem).strip(),
+        "answer": answer,
+        "solution": solution,
+        "source": src,
+    }
     year = _field(row, YEAR_FIELDS)
     if year is not None:
         rec["year"] = year
@@ -283,11 +316,19 @@ def _plain_rows(ds, src: str):
                 yield i, got, None if got else "with no generation that math-verify found correct"
             else:
                 yield i, row, None
+
     return layout, rows()
 
 
-def load(source, *, split: str = "train", name: str | None = None, limit: int | None = None,
-         cache_dir=None, integer_only: bool = False) -> list[dict]:
+def load(
+    source,
+    *,
+    split: str = "train",
+    name: str | None = None,
+    limit: int | None = None,
+    cache_dir=None,
+    integer_only: bool = False,
+) -> list[dict]:
     """Records of real AIME-style data, read through `datasets`.
 
     `source` is a local .json/.jsonl/.parquet/.csv file (or a folder `datasets` can read), or a
@@ -328,8 +369,10 @@ def load(source, *, split: str = "train", name: str | None = None, limit: int | 
         seen.add(rec["id"])
         out.append(rec)
     if skipped:
-        print(f"{src}: skipped " + "; ".join(f"{n} rows {why}" for why, n in skipped.items()),
-              file=sys.stderr)
+        print(
+            f"{src}: skipped " + "; ".join(f"{n} rows {why}" for why, n in skipped.items()),
+            file=sys.stderr,
+        )
     return out
 
 
@@ -340,6 +383,8 @@ def load_sft(source, *, limit: int | None = None, **kwargs) -> list[dict]:
     recs = load(source, limit=limit, **kwargs)
     bare = [r["id"] for r in recs if r["solution"].strip() == f"\\boxed{{{r['answer']}}}"]
     if recs and len(bare) == len(recs):
-        raise DataError(f"{source}: no worked solutions (every record's solution is just its "
-                        "boxed answer); SFT needs a set with solutions, e.g. OpenR1-Math")
+        raise DataError(
+            f"{source}: no worked solutions (every record's solution is just its "
+            "boxed answer); SFT needs a set with solutions, e.g. OpenR1-Math"
+        )
     return recs

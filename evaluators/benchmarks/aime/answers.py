@@ -40,7 +40,7 @@ def _braced_after(text: str, macro: str) -> str | None:
                 depth -= 1
             j += 1
         if depth == 0:
-            return text[i:j - 1]
+            return text[i : j - 1]
         start = text.rfind(macro + "{", 0, start)  # unterminated: try an earlier one
     return None
 
@@ -51,8 +51,10 @@ def last_boxed(text: str) -> str | None:
 
 
 _BOXED_SPACE = re.compile(r"\\boxed +([^\s$]+)")
-_ANSWER_LINE = re.compile(r"^[ \t>*_#]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*(.*?)[ \t*_]*$",
-                          re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE = re.compile(
+    r"^[ \t>*_#]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*(.*?)[ \t*_]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def answer_line(text: str) -> str | None:
@@ -102,7 +104,7 @@ def _on_main_thread() -> bool:
 def _math_verify(gold: str, pred: str, timeouts: bool) -> bool:
     try:
         from math_verify import parse, verify
-    except ImportError:   # math-verify is a pinned dependency; without it only the integer path
+    except ImportError:  # math-verify is a pinned dependency; without it only the integer path
         return False
     t = 5 if timeouts else None
     try:
@@ -111,7 +113,7 @@ def _math_verify(gold: str, pred: str, timeouts: bool) -> bool:
         if not g or not p:
             return False
         return bool(verify(g, p, timeout_seconds=t))
-    except Exception:      # noqa: BLE001 - an unparsable answer is a wrong answer
+    except Exception:  # noqa: BLE001 - an unparsable answer is a wrong answer
         return False
 
 

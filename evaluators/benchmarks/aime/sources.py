@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from gspo.io import DataError
 
-DAPO_PREAMBLE = ("Solve the following math problem step by step. The last line of your response "
-                 "should be of the form Answer: $Answer (without quotes) where $Answer is the "
-                 "answer to the problem.")
+DAPO_PREAMBLE = (
+    "Solve the following math problem step by step. The last line of your response "
+    "should be of the form Answer: $Answer (without quotes) where $Answer is the "
+    "answer to the problem."
+)
 DAPO_REMINDER = 'Remember to put your answer on its own line after "Answer:".'
 
 # Hub datasets published as several configs, all read and concatenated: name -> (split, configs).
@@ -46,9 +48,9 @@ def strip_dapo_wrapper(text: str) -> str:
     """The problem inside DAPO's user message (the text itself when it has no wrapper)."""
     text = text.strip()
     if text.startswith(DAPO_PREAMBLE):
-        text = text[len(DAPO_PREAMBLE):].strip()
+        text = text[len(DAPO_PREAMBLE) :].strip()
     if text.endswith(DAPO_REMINDER):
-        text = text[:-len(DAPO_REMINDER)].strip()
+        text = text[: -len(DAPO_REMINDER)].strip()
     return text
 
 
@@ -61,8 +63,7 @@ def dapo_row(row: dict, where: str) -> dict:
     messages = row.get("prompt")
     if not isinstance(messages, (list, tuple)):
         raise _missing(where, "prompt")
-    user = [m.get("content") for m in messages
-            if isinstance(m, dict) and m.get("role") == "user"]
+    user = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     if not user or not isinstance(user[-1], str) or not user[-1].strip():
         raise _missing(where, "prompt[role=user].content")
     reward = row.get("reward_model")
@@ -85,8 +86,9 @@ def openr1_row(row: dict, where: str) -> dict | None:
         raise _missing(where, "generations")
     if not isinstance(ok, (list, tuple)):
         raise _missing(where, "correctness_math_verify")
-    trace = next((g for g, good in zip(gens, ok) if good is True and isinstance(g, str)
-                  and g.strip()), None)
+    trace = next(
+        (g for g, good in zip(gens, ok) if good is True and isinstance(g, str) and g.strip()), None
+    )
     if trace is None:
         return None
     out = {k: row.get(k) for k in ("problem", "answer")}
@@ -101,9 +103,11 @@ def offline_message(name: str) -> str:
     """The one line for a hub dataset that is neither cached nor reachable."""
     configs = HUB_CONFIGS.get(name, (None, ()))[1]
     what = f" (configs {', '.join(configs)})" if configs else ""
-    return (f"{name}{what}: not in the local Hugging Face cache and no network; download it with "
-            f"`huggingface-cli download {name} --repo-type dataset` or point data.files at local "
-            "files")
+    return (
+        f"{name}{what}: not in the local Hugging Face cache and no network; download it with "
+        f"`huggingface-cli download {name} --repo-type dataset` or point data.files at local "
+        "files"
+    )
 
 
 def hub_rows(load, name: str) -> list[dict]:

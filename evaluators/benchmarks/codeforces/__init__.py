@@ -56,10 +56,14 @@ from evaluators.benchmarks.splits import draw_round_robin, split_of  # noqa: F40
 from gspo.io import DataError
 
 MIN_RATING, MAX_RATING = 800, 3500
-RATING_RANGE = (0.0, 4000.0)          # where estimate_rating searches
+RATING_RANGE = (0.0, 4000.0)  # where estimate_rating searches
 REFERENCE_MEAN, REFERENCE_SD = 1400.0, 350.0
-REFERENCE_RATINGS = {"kind": "normal", "mean": REFERENCE_MEAN, "sd": REFERENCE_SD,
-                     "range": RATING_RANGE}
+REFERENCE_RATINGS = {
+    "kind": "normal",
+    "mean": REFERENCE_MEAN,
+    "sd": REFERENCE_SD,
+    "range": RATING_RANGE,
+}
 RECORD_FIELDS = ("id", "task", "prompt")
 FLOAT_TOLERANCE = 1e-6
 
@@ -67,16 +71,17 @@ FLOAT_TOLERANCE = 1e-6
 # ---------------------------------------------------------------------------------------------
 # Generator: templates whose rating grows with how much the program has to do
 
+
 @dataclasses.dataclass(frozen=True)
 class Template:
     name: str
     rating: int
     statement: str
     code: str
-    consts: tuple            # (name, lo, hi)
+    consts: tuple  # (name, lo, hi)
     inputs: str
-    reference: object        # (consts, input value) -> expected value; harness side
-    near: str = ""           # a threshold constant the tests must probe on both sides
+    reference: object  # (consts, input value) -> expected value; harness side
+    near: str = ""  # a threshold constant the tests must probe on both sides
 
 
 def _fib(n, m):
@@ -87,7 +92,7 @@ def _fib(n, m):
 
 
 def _primes_upto(n):
-    return sum(all(i % j for j in range(2, int(i ** 0.5) + 1)) for i in range(2, n + 1))
+    return sum(all(i % j for j in range(2, int(i**0.5) + 1)) for i in range(2, n + 1))
 
 
 def _longest_run(a):
@@ -99,7 +104,7 @@ def _longest_run(a):
 
 
 def _no_adjacent_ones(n, m):
-    a, b = 1, 2    # strings of length 0 and 1
+    a, b = 1, 2  # strings of length 0 and 1
     for _ in range(n - 1):
         a, b = b, (a + b) % m
     return b % m if n >= 1 else 1
@@ -122,53 +127,147 @@ def _partitions(n, m):
 
 
 TEMPLATES: tuple[Template, ...] = (
-    Template("linear", 800, "Read n. Print n*{a}+{b}.", "n=int(input())\nprint(n*{a}+{b})",
-             (("a", 2, 9), ("b", 1, 60)), "int", lambda c, x: x * c["a"] + c["b"]),
-    Template("product", 900, "Read a and b. Print a*b+{k}.",
-             "a,b=map(int,input().split())\nprint(a*b+{k})", (("k", 1, 60),), "pair",
-             lambda c, x: x[0] * x[1] + c["k"]),
-    Template("listsum", 1000, "Read a list of integers. Print its sum times {k}.",
-             "print(sum(map(int,input().split()))*{k})", (("k", 2, 60),), "list",
-             lambda c, x: sum(x) * c["k"]),
-    Template("triangle", 1200, "Read n. Print (1+2+...+n)*{k}.",
-             "n=int(input())\nprint(n*(n+1)//2*{k})", (("k", 1, 60),), "int",
-             lambda c, x: x * (x + 1) // 2 * c["k"]),
-    Template("above", 1400, "Read a list of integers. Print how many exceed {k}.",
-             "print(sum(x>{k} for x in map(int,input().split())))", (("k", 0, 60),), "list",
-             lambda c, x: sum(v > c["k"] for v in x), "k"),
-    Template("factorial", 1600, "Read n. Print n! mod {m}.",
-             "import math\nprint(math.factorial(int(input()))%{m})", (("m", 7, 97),), "small",
-             lambda c, x: math.factorial(x) % c["m"]),
-    Template("divisors", 1800, "Read n. Print the number of divisors of n, plus {k}.",
-             "n=int(input())\nprint(sum(n%i<1 for i in range(1,n+1))+{k})", (("k", 0, 40),), "int",
-             lambda c, x: sum(x % i == 0 for i in range(1, x + 1)) + c["k"]),
-    Template("fibonacci", 2000, "Read n. Print the n-th Fibonacci number (F0=0, F1=1) mod {m}.",
-             "a,b=0,1\nfor _ in range(int(input())):a,b=b,(a+b)%{m}\nprint(a)", (("m", 7, 97),),
-             "int", lambda c, x: _fib(x, c["m"])),
-    Template("primes", 2200, "Read n. Print how many primes are at most n, plus {k}.",
-             "n=int(input())\nprint(sum(all(i%j for j in range(2,i))for i in range(2,n+1))+{k})",
-             (("k", 0, 40),), "int", lambda c, x: _primes_upto(x) + c["k"]),
-    Template("digits", 2400, "Read n. Print the digit sum of n**{k}.",
-             "print(sum(map(int,str(int(input())**{k}))))", (("k", 2, 40),), "int",
-             lambda c, x: sum(map(int, str(x ** c["k"])))),
-    Template("run", 2600, "Read a list of integers. Print the longest strictly increasing run, "
-             "times {k}.",
-             "a=list(map(int,input().split()))\nb=c=1\nfor x,y in zip(a,a[1:]):\n c=c+1 if y>x else 1\n"
-             " b=max(b,c)\nprint(b*{k})", (("k", 1, 40),), "list",
-             lambda c, x: _longest_run(x) * c["k"]),
-    Template("distinct", 2800, "Read a word s. Print its number of distinct substrings plus {k}.",
-             "s=input()\nprint(len({{s[i:j]for i in range(len(s))for j in range(i+1,len(s)+1)}})+{k})",
-             (("k", 0, 40),), "word", lambda c, x: len({x[i:j] for i in range(len(x))
-                                                      for j in range(i + 1, len(x) + 1)}) + c["k"]),
-    Template("binary", 3000, "Read n. Count length-n binary strings with no two adjacent 1s, mod {m}.",
-             "a,b=1,2\nfor _ in range(int(input())-1):a,b=b,(a+b)%{m}\nprint(b%{m})",
-             (("m", 7, 97),), "pos", lambda c, x: _no_adjacent_ones(x, c["m"])),
-    Template("subarray", 3200, "Read a list of integers. Print the maximum subarray sum, plus {k}.",
-             "a=list(map(int,input().split()))\nb=c=a[0]\nfor x in a[1:]:\n c=max(x,c+x)\n b=max(b,c)\n"
-             "print(b+{k})", (("k", 0, 40),), "signed", lambda c, x: _max_subarray(x) + c["k"]),
-    Template("partitions", 3500, "Read n. Print the number of partitions of n mod {m}.",
-             "n=int(input())\np=[1]+[0]*n\nfor k in range(1,n+1):\n for i in range(k,n+1):p[i]+=p[i-k]\n"
-             "print(p[n]%{m})", (("m", 7, 97),), "int", lambda c, x: _partitions(x, c["m"])),
+    Template(
+        "linear",
+        800,
+        "Read n. Print n*{a}+{b}.",
+        "n=int(input())\nprint(n*{a}+{b})",
+        (("a", 2, 9), ("b", 1, 60)),
+        "int",
+        lambda c, x: x * c["a"] + c["b"],
+    ),
+    Template(
+        "product",
+        900,
+        "Read a and b. Print a*b+{k}.",
+        "a,b=map(int,input().split())\nprint(a*b+{k})",
+        (("k", 1, 60),),
+        "pair",
+        lambda c, x: x[0] * x[1] + c["k"],
+    ),
+    Template(
+        "listsum",
+        1000,
+        "Read a list of integers. Print its sum times {k}.",
+        "print(sum(map(int,input().split()))*{k})",
+        (("k", 2, 60),),
+        "list",
+        lambda c, x: sum(x) * c["k"],
+    ),
+    Template(
+        "triangle",
+        1200,
+        "Read n. Print (1+2+...+n)*{k}.",
+        "n=int(input())\nprint(n*(n+1)//2*{k})",
+        (("k", 1, 60),),
+        "int",
+        lambda c, x: x * (x + 1) // 2 * c["k"],
+    ),
+    Template(
+        "above",
+        1400,
+        "Read a list of integers. Print how many exceed {k}.",
+        "print(sum(x>{k} for x in map(int,input().split())))",
+        (("k", 0, 60),),
+        "list",
+        lambda c, x: sum(v > c["k"] for v in x),
+        "k",
+    ),
+    Template(
+        "factorial",
+        1600,
+        "Read n. Print n! mod {m}.",
+        "import math\nprint(math.factorial(int(input()))%{m})",
+        (("m", 7, 97),),
+        "small",
+        lambda c, x: math.factorial(x) % c["m"],
+    ),
+    Template(
+        "divisors",
+        1800,
+        "Read n. Print the number of divisors of n, plus {k}.",
+        "n=int(input())\nprint(sum(n%i<1 for i in range(1,n+1))+{k})",
+        (("k", 0, 40),),
+        "int",
+        lambda c, x: sum(x % i == 0 for i in range(1, x + 1)) + c["k"],
+    ),
+    Template(
+        "fibonacci",
+        2000,
+        "Read n. Print the n-th Fibonacci number (F0=0, F1=1) mod {m}.",
+        "a,b=0,1\nfor _ in range(int(input())):a,b=b,(a+b)%{m}\nprint(a)",
+        (("m", 7, 97),),
+        "int",
+        lambda c, x: _fib(x, c["m"]),
+    ),
+    Template(
+        "primes",
+        2200,
+        "Read n. Print how many primes are at most n, plus {k}.",
+        "n=int(input())\nprint(sum(all(i%j for j in range(2,i))for i in range(2,n+1))+{k})",
+        (("k", 0, 40),),
+        "int",
+        lambda c, x: _primes_upto(x) + c["k"],
+    ),
+    Template(
+        "digits",
+        2400,
+        "Read n. Print the digit sum of n**{k}.",
+        "print(sum(map(int,str(int(input())**{k}))))",
+        (("k", 2, 40),),
+        "int",
+        lambda c, x: sum(map(int, str(x ** c["k"]))),
+    ),
+    Template(
+        "run",
+        2600,
+        "Read a list of integers. Print the longest strictly increasing run, times {k}.",
+        "a=list(map(int,input().split()))\nb=c=1\nfor x,y in zip(a,a[1:]):\n c=c+1 if y>x else 1\n"
+        " b=max(b,c)\nprint(b*{k})",
+        (("k", 1, 40),),
+        "list",
+        lambda c, x: _longest_run(x) * c["k"],
+    ),
+    Template(
+        "distinct",
+        2800,
+        "Read a word s. Print its number of distinct substrings plus {k}.",
+        "s=input()\nprint(len({{s[i:j]for i in range(len(s))for j in range(i+1,len(s)+1)}})+{k})",
+        (("k", 0, 40),),
+        "word",
+        lambda c, x: (
+            len({x[i:j] for i in range(len(x)) for j in range(i + 1, len(x) + 1)}) + c["k"]
+        ),
+    ),
+    Template(
+        "binary",
+        3000,
+        "Read n. Count length-n binary strings with no two adjacent 1s, mod {m}.",
+        "a,b=1,2\nfor _ in range(int(input())-1):a,b=b,(a+b)%{m}\nprint(b%{m})",
+        (("m", 7, 97),),
+        "pos",
+        lambda c, x: _no_adjacent_ones(x, c["m"]),
+    ),
+    Template(
+        "subarray",
+        3200,
+        "Read a list of integers. Print the maximum subarray sum, plus {k}.",
+        "a=list(map(int,input().split()))\nb=c=a[0]\nfor x in a[1:]:\n c=max(x,c+x)\n b=max(b,c)\n"
+        "print(b+{k})",
+        (("k", 0, 40),),
+        "signed",
+        lambda c, x: _max_subarray(x) + c["k"],
+    ),
+    Template(
+        "partitions",
+        3500,
+        "Read n. Print the number of partitions of n mod {m}.",
+        "n=int(input())\np=[1]+[0]*n\nfor k in range(1,n+1):\n for i in range(k,n+1):p[i]+=p[i-k]\n"
+        "print(p[n]%{m})",
+        (("m", 7, 97),),
+        "int",
+        lambda c, x: _partitions(x, c["m"]),
+    ),
 )
 TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)
 
@@ -204,7 +303,7 @@ def make_problem(t: Template, consts: dict, index: int = 0) -> dict:
         if len(tests) == 5:
             break
         x = _draw(t.inputs, rng)
-        if t.near and len(tests) == 1:     # a test straddling the threshold
+        if t.near and len(tests) == 1:  # a test straddling the threshold
             k = consts[t.near]
             x = [k + 1, k, max(k - 1, 0)] + x[:2]
             rng.shuffle(x)
@@ -235,9 +334,16 @@ def make_problem(t: Template, consts: dict, index: int = 0) -> dict:
     }
 
 
-def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None = None,
-             min_rating: int = MIN_RATING, max_rating: int = MAX_RATING,
-             test_fraction: float = 0.1) -> list[dict]:
+def generate(
+    n: int,
+    *,
+    split: str,
+    seed: int,
+    templates: Iterable[str] | None = None,
+    min_rating: int = MIN_RATING,
+    max_rating: int = MAX_RATING,
+    test_fraction: float = 0.1,
+) -> list[dict]:
     """`n` distinct generated problems of `split`, deterministic in `seed`, cycling through the
     templates rated in [min_rating, max_rating] (so every rating level is represented); each
     template draws its constants without replacement. Splits are disjoint by a hash of the text."""
@@ -248,12 +354,15 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
     unknown = [x for x in names if x not in by_name]
     if unknown:
         raise ValueError(f"unknown templates {unknown}; expected some of {list(TEMPLATE_NAMES)}")
-    chosen = [by_name[x] for x in dict.fromkeys(names) if min_rating <= by_name[x].rating <= max_rating]
+    chosen = [
+        by_name[x] for x in dict.fromkeys(names) if min_rating <= by_name[x].rating <= max_rating
+    ]
     if not chosen:
         raise ValueError(f"no template rated in [{min_rating}, {max_rating}]")
     out: list[dict] = []
-    for i, (t, consts) in enumerate(draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
-                                                     test_fraction=test_fraction)):
+    for i, (t, consts) in enumerate(
+        draw_round_robin(chosen, n, task=TASK, split=split, seed=seed, test_fraction=test_fraction)
+    ):
         rec = make_problem(t, consts)
         rec["problem_id"] = rec["id"]
         rec["id"] = f"{TASK}-{split}-{seed}-{i:05d}"
@@ -265,10 +374,18 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
 # ---------------------------------------------------------------------------------------------
 # Loading open-r1's data (evaluators.benchmarks.codeforces.sources)
 
-def load(source, *, split: str = "train", config: str | None = None,
-         min_rating: int | None = None, max_rating: int | None = None,
-         limit: int | None = None, skip_unusable: bool = True,
-         generated_tests=None) -> list[dict]:
+
+def load(
+    source,
+    *,
+    split: str = "train",
+    config: str | None = None,
+    min_rating: int | None = None,
+    max_rating: int | None = None,
+    limit: int | None = None,
+    skip_unusable: bool = True,
+    generated_tests=None,
+) -> list[dict]:
     """Problems for RL and test: records from a local .parquet/.jsonl/.json file (or a folder of
     them) in open-r1/codeforces' published layout or the project's, or a hub dataset name (via
     `datasets`, with `config` and `split`, e.g. open-r1/codeforces), checked (normalize) and
@@ -279,13 +396,21 @@ def load(source, *, split: str = "train", config: str | None = None,
     DataError naming file, row and field, and so does an SFT set (codeforces-cots). `limit`
     counts the rows kept before the generated tests are read (a problem whose tests are all
     missing from that folder is then skipped, so a few fewer may come back)."""
-    return code_sources.load(source, split=split, config=config, min_rating=min_rating,
-                             max_rating=max_rating, limit=limit, skip_unusable=skip_unusable,
-                             generated_tests=generated_tests)
+    return code_sources.load(
+        source,
+        split=split,
+        config=config,
+        min_rating=min_rating,
+        max_rating=max_rating,
+        limit=limit,
+        skip_unusable=skip_unusable,
+        generated_tests=generated_tests,
+    )
 
 
-def load_sft(source, *, limit: int | None = None, config: str | None = None,
-             split: str = "train") -> list[dict]:
+def load_sft(
+    source, *, limit: int | None = None, config: str | None = None, split: str = "train"
+) -> list[dict]:
     """SFT records {id, task "cf", prompt, solution} from worked solutions in
     open-r1/codeforces-cots' layout (a local file or folder, or the hub name, whose config
     defaults to solutions_py): prompt is `format_prompt` of the problem's fields (the prompt
@@ -299,8 +424,11 @@ def load_sft(source, *, limit: int | None = None, config: str | None = None,
 # ---------------------------------------------------------------------------------------------
 # Scoring
 
+
 def _is_real(tok: str) -> bool:
-    return any(ch in tok for ch in ".eE") and not tok.lower().lstrip("+-").startswith(("inf", "nan"))
+    return any(ch in tok for ch in ".eE") and not tok.lower().lstrip("+-").startswith(
+        ("inf", "nan")
+    )
 
 
 def tokens_match(got: str, want: str) -> bool:
@@ -321,9 +449,15 @@ def tokens_match(got: str, want: str) -> bool:
     return True
 
 
-def score(record: dict, completion: str, *, time_scale: float = 1.0,
-          stop_at_first_failure: bool = False, workers: int = 1,
-          unsafe: bool | None = None) -> dict:
+def score(
+    record: dict,
+    completion: str,
+    *,
+    time_scale: float = 1.0,
+    stop_at_first_failure: bool = False,
+    workers: int = 1,
+    unsafe: bool | None = None,
+) -> dict:
     """Judge `completion` on every test of `record` under its time_limit (times `time_scale`)
     and memory_limit, reading input.txt / writing output.txt when its input_mode is 'file', and
     with its generated_checker instead of tokens_match when it has one: {passed, verdicts,
@@ -335,21 +469,29 @@ def score(record: dict, completion: str, *, time_scale: float = 1.0,
     if code_sources.interactive(record):
         raise DataError(f"{where}: interactive problems (interaction_format) are not supported")
     tests = tests_of(record, where)
-    return judge.run_tests(judge.extract_code(completion), tests, compare=tokens_match,
-                           timeout_s=float(record["time_limit"]) * time_scale,
-                           memory_mb=int(record["memory_limit"]),
-                           stop_at_first_failure=stop_at_first_failure, workers=workers,
-                           unsafe=unsafe, checker=record.get("generated_checker") or None)
+    return judge.run_tests(
+        judge.extract_code(completion),
+        tests,
+        compare=tokens_match,
+        timeout_s=float(record["time_limit"]) * time_scale,
+        memory_mb=int(record["memory_limit"]),
+        stop_at_first_failure=stop_at_first_failure,
+        workers=workers,
+        unsafe=unsafe,
+        checker=record.get("generated_checker") or None,
+    )
 
 
-def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 2,
-               **kwargs) -> list[dict]:
+def score_many(
+    records: Sequence[dict], completions: Sequence[str], workers: int = 2, **kwargs
+) -> list[dict]:
     """score() of each (record, completion) pair, `workers` sandboxes at a time, in order."""
     return judge.score_many(score, records, completions, workers, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
 # Rating
+
 
 def solve_probability(rating: float, problem_rating: float) -> float:
     return 1.0 / (1.0 + 10.0 ** ((problem_rating - rating) / 400.0))
@@ -383,9 +525,14 @@ def percentile(rating: float, population: Sequence[float] | None = None) -> floa
     return 100.0 * (nd.cdf(r) - lo) / (hi - lo)
 
 
-def estimate_rating(outcomes: Iterable[tuple[float, bool]], *, confidence: float = 0.95,
-                    lo: float = RATING_RANGE[0], hi: float = RATING_RANGE[1],
-                    population: Sequence[float] | None = None) -> dict:
+def estimate_rating(
+    outcomes: Iterable[tuple[float, bool]],
+    *,
+    confidence: float = 0.95,
+    lo: float = RATING_RANGE[0],
+    hi: float = RATING_RANGE[1],
+    population: Sequence[float] | None = None,
+) -> dict:
     """Maximum-likelihood rating from (problem_rating, solved) pairs, with a likelihood-ratio
     confidence interval, all within [lo, hi]: {rating, low, high, percentile, n, solved, bounded}.
     """
@@ -396,7 +543,7 @@ def estimate_rating(outcomes: Iterable[tuple[float, bool]], *, confidence: float
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     solved = sum(s for _, s in pairs)
 
-    def score_fn(r):      # d loglik / dR up to a positive factor; decreasing in r
+    def score_fn(r):  # d loglik / dR up to a positive factor; decreasing in r
         return solved - sum(solve_probability(r, d) for d, _ in pairs)
 
     if score_fn(hi) >= 0:
@@ -417,7 +564,7 @@ def estimate_rating(outcomes: Iterable[tuple[float, bool]], *, confidence: float
     lmax = _loglik(mle, pairs)
     drop = _chi2_1(confidence) / 2.0
 
-    def boundary(a, b):   # loglik(a) >= lmax - drop > loglik(b) (or b is the range end)
+    def boundary(a, b):  # loglik(a) >= lmax - drop > loglik(b) (or b is the range end)
         target = lmax - drop
         if _loglik(b, pairs) >= target:
             return b
@@ -432,8 +579,15 @@ def estimate_rating(outcomes: Iterable[tuple[float, bool]], *, confidence: float
         return (a + b) / 2
 
     low, high = boundary(mle, lo), boundary(mle, hi)
-    return {"rating": mle, "low": low, "high": high, "percentile": percentile(mle, population),
-            "percentile_low": percentile(low, population),
-            "percentile_high": percentile(high, population),
-            "confidence": confidence, "n": len(pairs), "solved": solved,
-            "bounded": mle in (lo, hi)}
+    return {
+        "rating": mle,
+        "low": low,
+        "high": high,
+        "percentile": percentile(mle, population),
+        "percentile_low": percentile(low, population),
+        "percentile_high": percentile(high, population),
+        "confidence": confidence,
+        "n": len(pairs),
+        "solved": solved,
+        "bounded": mle in (lo, hi),
+    }

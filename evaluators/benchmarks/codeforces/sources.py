@@ -54,6 +54,7 @@ _TRACE_FIELDS = ("messages", "generation")
 # ---------------------------------------------------------------------------------------------
 # Prompt, tests and the checked record
 
+
 def format_prompt(record: dict) -> str:
     """The model input for a problem: title, statement, input and output formats, the examples,
     the limits and how to answer (stdin/stdout, or input.txt/output.txt for input_mode 'file')."""
@@ -63,14 +64,19 @@ def format_prompt(record: dict) -> str:
     if record.get("output_format"):
         parts.append("Output\n" + record["output_format"])
     for ex in record.get("examples") or []:
-        parts.append(f"Example input\n{ex.get('input', '')}\nExample output\n{ex.get('output', '')}")
+        parts.append(
+            f"Example input\n{ex.get('input', '')}\nExample output\n{ex.get('output', '')}"
+        )
     limits = []
     if record.get("time_limit") is not None:
         limits.append(f"Time limit: {record['time_limit']} s.")
     if record.get("memory_limit") is not None:
         limits.append(f"Memory limit: {record['memory_limit']} MB.")
-    io = ("Read input.txt, write output.txt." if record.get("input_mode") == "file"
-          else "Read stdin, write stdout.")
+    io = (
+        "Read input.txt, write output.txt."
+        if record.get("input_mode") == "file"
+        else "Read stdin, write stdout."
+    )
     parts.append(" ".join(limits + [io, "Answer with Python code in a ```python block."]))
     return "\n\n".join(p for p in parts if p) + "\n"
 
@@ -99,8 +105,11 @@ def tests_of(record: dict, where: str | None = None) -> list[dict]:
     kind = "file" if record.get("input_mode") == "file" else "stdin"
     out = []
     for i, t in enumerate(tests):
-        if not isinstance(t, dict) or not isinstance(t.get("input"), str) \
-                or not isinstance(t.get("output"), str):
+        if (
+            not isinstance(t, dict)
+            or not isinstance(t.get("input"), str)
+            or not isinstance(t.get("output"), str)
+        ):
             raise DataError(f"{where}: tests[{i}] needs string fields 'input' and 'output'")
         out.append({"input": t["input"], "output": t["output"], "testtype": kind})
     return out
@@ -132,12 +141,16 @@ def normalize(record: dict, where: str = "record") -> dict:
         raise DataError(f"{where}: time_limit must be > 0 and memory_limit >= 16 MB")
     rec["input_mode"] = rec.get("input_mode") or "stdio"
     if rec["input_mode"] not in INPUT_MODES:
-        raise DataError(f"{where}: field 'input_mode' must be one of {list(INPUT_MODES)}, "
-                        f"got {rec['input_mode']!r}")
+        raise DataError(
+            f"{where}: field 'input_mode' must be one of {list(INPUT_MODES)}, "
+            f"got {rec['input_mode']!r}"
+        )
     checker = rec.get("generated_checker")
     if checker is not None and not isinstance(checker, str):
-        raise DataError(f"{where}: field 'generated_checker' must be a string (Python source) or "
-                        f"null, got {type(checker).__name__}")
+        raise DataError(
+            f"{where}: field 'generated_checker' must be a string (Python source) or "
+            f"null, got {type(checker).__name__}"
+        )
     rec["generated_checker"] = checker if checker and checker.strip() else None
     if interactive(rec):
         raise DataError(f"{where}: interactive problems (interaction_format) are not supported")
@@ -155,13 +168,16 @@ def interactive(row: dict) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Hub datasets
 
+
 def offline_message(name: str, config: str | None, split: str) -> str:
     """The one line for a hub dataset that is neither cached nor reachable."""
     what = f" (config {config}, split {split})" if config else f" (split {split})"
-    return (f"{name}{what}: not in the local Hugging Face cache and no network; download it with "
-            f"`huggingface-cli download {name} --repo-type dataset` (for open-r1/codeforces also "
-            "its generated_tests/ folder, passed as generated_tests) or point data.files.cf at "
-            "local parquet files")
+    return (
+        f"{name}{what}: not in the local Hugging Face cache and no network; download it with "
+        f"`huggingface-cli download {name} --repo-type dataset` (for open-r1/codeforces also "
+        "its generated_tests/ folder, passed as generated_tests) or point data.files.cf at "
+        "local parquet files"
+    )
 
 
 def hub_dataset(name: str, config: str | None, split: str):
@@ -174,12 +190,14 @@ def hub_dataset(name: str, config: str | None, split: str):
         if looks_offline(e):
             raise DataError(offline_message(name, config, split)) from None
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise DataError(f"{name} (config {config}, split {split}): cannot load it "
-                        f"({type(e).__name__}: {msg})") from None
+        raise DataError(
+            f"{name} (config {config}, split {split}): cannot load it ({type(e).__name__}: {msg})"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
 # Generated tests
+
 
 def _test_files(path: pathlib.Path) -> list[pathlib.Path]:
     if not path.exists():
@@ -196,14 +214,21 @@ def _check_test_schema(path: pathlib.Path) -> None:
     schema = parquet_schema(path)
     for col in GENERATED_TEST_COLUMNS:
         if col not in schema.names:
-            raise DataError(f"{path}: missing column {col!r} (generated tests have columns "
-                            f"{', '.join(GENERATED_TEST_COLUMNS)})")
+            raise DataError(
+                f"{path}: missing column {col!r} (generated tests have columns "
+                f"{', '.join(GENERATED_TEST_COLUMNS)})"
+            )
         t = schema.field(col).type
-        ok = pa.types.is_integer(t) if col == "test_case_i" else \
-            (pa.types.is_string(t) or pa.types.is_large_string(t))
+        ok = (
+            pa.types.is_integer(t)
+            if col == "test_case_i"
+            else (pa.types.is_string(t) or pa.types.is_large_string(t))
+        )
         if not ok:
-            raise DataError(f"{path}: column {col!r} must be "
-                            f"{'an integer' if col == 'test_case_i' else 'a string'}, got {t}")
+            raise DataError(
+                f"{path}: column {col!r} must be "
+                f"{'an integer' if col == 'test_case_i' else 'a string'}, got {t}"
+            )
 
 
 def read_generated_tests(path, ids: Iterable[str]) -> dict[str, list[dict]]:
@@ -216,39 +241,49 @@ def read_generated_tests(path, ids: Iterable[str]) -> dict[str, list[dict]]:
         return {}
     for f in _test_files(pathlib.Path(path)):
         _check_test_schema(f)
-        for batch in parquet_batches(f, columns=list(GENERATED_TEST_COLUMNS),
-                                     filters=[("problem_id", "in", ids)]):
+        for batch in parquet_batches(
+            f, columns=list(GENERATED_TEST_COLUMNS), filters=[("problem_id", "in", ids)]
+        ):
             for row in batch:
                 pid, k = row["problem_id"], row["test_case_i"]
                 for col in ("input", "output"):
                     if not isinstance(row[col], str):
-                        raise DataError(f"{f}: problem {pid!r} test {k}: field {col!r} must be "
-                                        f"a string, got {type(row[col]).__name__}")
+                        raise DataError(
+                            f"{f}: problem {pid!r} test {k}: field {col!r} must be "
+                            f"a string, got {type(row[col]).__name__}"
+                        )
                 found.setdefault(pid, []).append(
-                    (k if k is not None else -1, {"input": row["input"], "output": row["output"]}))
-    return {pid: [t for _, t in sorted(tests, key=lambda kt: kt[0])]
-            for pid, tests in found.items()}
+                    (k if k is not None else -1, {"input": row["input"], "output": row["output"]})
+                )
+    return {
+        pid: [t for _, t in sorted(tests, key=lambda kt: kt[0])] for pid, tests in found.items()
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # Loading problems (RL and test)
 
+
 def _sft_layout(row: dict) -> bool:
-    return row.get("tests") is None and "official_tests" not in row \
+    return (
+        row.get("tests") is None
+        and "official_tests" not in row
         and any(k in row for k in _TRACE_FIELDS)
+    )
 
 
 def _has_tests(row: dict, where: str) -> bool:
     tests = _raw_tests(row, where)
     if isinstance(tests, list):
         return bool(tests)
-    return tests is not None      # a value of the wrong type: normalize names it
+    return tests is not None  # a value of the wrong type: normalize names it
 
 
 def skip_reason(row: dict, where: str, folder: bool) -> str | None:
     """Why a published row gives no usable record (None: it does, or it is malformed and
     normalize will say so); `folder` says whether a generated tests folder was given."""
-    def null(field):      # present but null (a missing field is normalize's to name)
+
+    def null(field):  # present but null (a missing field is normalize's to name)
         return field in row and row[field] is None
 
     if interactive(row):
@@ -258,20 +293,29 @@ def skip_reason(row: dict, where: str, folder: bool) -> str | None:
     if null("time_limit") or null("memory_limit"):
         return "without a time or memory limit"
     if row.get("tests") is None and "official_tests" not in row:
-        return None       # normalize names the missing field
+        return None  # normalize names the missing field
     if _has_tests(row, where):
         return None
-    n_generated = row.get("generated_tests")    # how many the published row says it has
+    n_generated = row.get("generated_tests")  # how many the published row says it has
     counted = isinstance(n_generated, int) and not isinstance(n_generated, bool)
     if not folder and counted and n_generated > 0:
         return "without official tests (their generated tests need generated_tests=FOLDER)"
     if folder and (not counted or n_generated > 0):
-        return None       # decided once the folder is read
+        return None  # decided once the folder is read
     return "without tests"
 
 
-def _pick(rows: Iterator[tuple[str, object]], src: str, *, skip_unusable: bool, folder: bool,
-          min_rating, max_rating, limit, skipped: Counter) -> list[tuple[str, dict]]:
+def _pick(
+    rows: Iterator[tuple[str, object]],
+    src: str,
+    *,
+    skip_unusable: bool,
+    folder: bool,
+    min_rating,
+    max_rating,
+    limit,
+    skipped: Counter,
+) -> list[tuple[str, dict]]:
     picked = []
     for where, row in rows:
         if limit is not None and len(picked) >= limit:
@@ -279,17 +323,20 @@ def _pick(rows: Iterator[tuple[str, object]], src: str, *, skip_unusable: bool, 
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         if _sft_layout(row):
-            raise DataError(f"{src}: an SFT set (open-r1/codeforces-cots layout: worked "
-                            "solutions, no tests); read it with codeforces.load_sft "
-                            "(data.files.cf.sft)")
+            raise DataError(
+                f"{src}: an SFT set (open-r1/codeforces-cots layout: worked "
+                "solutions, no tests); read it with codeforces.load_sft "
+                "(data.files.cf.sft)"
+            )
         why = skip_reason(row, where, folder) if skip_unusable else None
         if why:
             skipped[why] += 1
             continue
         if "rating" in row and (min_rating is not None or max_rating is not None):
             rating = _number(row, "rating", where, int)
-            if (min_rating is not None and rating < min_rating) or \
-                    (max_rating is not None and rating > max_rating):
+            if (min_rating is not None and rating < min_rating) or (
+                max_rating is not None and rating > max_rating
+            ):
                 continue
         picked.append((where, row))
     return picked
@@ -300,25 +347,34 @@ def _with_tests(row: dict, where: str, extra: list[dict]) -> dict:
     row (with official_tests) loses its own prompt, if any, for ours."""
     rec = dict(row)
     if rec.get("tests") is None and "official_tests" not in rec:
-        return rec                # normalize names the missing field
+        return rec  # normalize names the missing field
     official = _raw_tests(rec, where)
     official = [] if official is None else official
     if not isinstance(official, list):
-        return rec                # normalize names the wrong type
+        return rec  # normalize names the wrong type
     if "official_tests" in rec:
         rec.pop("official_tests")
         rec.pop("prompt", None)
-    official = [{"input": t.get("input"), "output": t.get("output")} if isinstance(t, dict)
-                else t for t in official]
+    official = [
+        {"input": t.get("input"), "output": t.get("output")} if isinstance(t, dict) else t
+        for t in official
+    ]
     rec["tests"] = official + extra
     rec["n_official_tests"] = len(official)
     return rec
 
 
-def load(source, *, split: str = "train", config: str | None = None,
-         min_rating: int | None = None, max_rating: int | None = None,
-         limit: int | None = None, skip_unusable: bool = True,
-         generated_tests=None) -> list[dict]:
+def load(
+    source,
+    *,
+    split: str = "train",
+    config: str | None = None,
+    min_rating: int | None = None,
+    max_rating: int | None = None,
+    limit: int | None = None,
+    skip_unusable: bool = True,
+    generated_tests=None,
+) -> list[dict]:
     """See evaluators.benchmarks.codeforces.load."""
     src = str(source)
     folder = pathlib.Path(generated_tests) if generated_tests is not None else None
@@ -326,8 +382,16 @@ def load(source, *, split: str = "train", config: str | None = None,
         raise DataError(f"{folder}: generated tests folder not found")
     skipped: Counter = Counter()
     rows = iter_rows(source, lambda name: hub_dataset(name, config, split))
-    picked = _pick(rows, src, skip_unusable=skip_unusable, folder=folder is not None,
-                   min_rating=min_rating, max_rating=max_rating, limit=limit, skipped=skipped)
+    picked = _pick(
+        rows,
+        src,
+        skip_unusable=skip_unusable,
+        folder=folder is not None,
+        min_rating=min_rating,
+        max_rating=max_rating,
+        limit=limit,
+        skipped=skipped,
+    )
     extra = read_generated_tests(folder, [str(r.get("id")) for _, r in picked]) if folder else {}
     out = []
     for where, row in picked:
@@ -343,26 +407,33 @@ def load(source, *, split: str = "train", config: str | None = None,
 def report_skipped(src: str, skipped: Counter) -> None:
     """One line on stderr with how many rows were skipped, per reason."""
     if skipped:
-        print(f"{src}: skipped " + "; ".join(f"{n} rows {why}" for why, n in skipped.items()),
-              file=sys.stderr)
+        print(
+            f"{src}: skipped " + "; ".join(f"{n} rows {why}" for why, n in skipped.items()),
+            file=sys.stderr,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Loading worked solutions (SFT)
 
+
 def _trace(row: dict, where: str) -> str:
     """The assistant's answer: the last assistant message's content, else `generation`."""
     messages = row.get("messages")
     if isinstance(messages, list):
-        said = [m.get("content") for m in messages
-                if isinstance(m, dict) and m.get("role") == "assistant"]
+        said = [
+            m.get("content")
+            for m in messages
+            if isinstance(m, dict) and m.get("role") == "assistant"
+        ]
         if said and isinstance(said[-1], str) and said[-1].strip():
             return said[-1]
     generation = row.get("generation")
     if isinstance(generation, str) and generation.strip():
         return generation
-    raise DataError(f"{where}: record is missing field 'messages[role=assistant].content' "
-                    "(or 'generation')")
+    raise DataError(
+        f"{where}: record is missing field 'messages[role=assistant].content' (or 'generation')"
+    )
 
 
 def _sft_prompt(row: dict, where: str) -> str:
@@ -377,12 +448,14 @@ def _sft_prompt(row: dict, where: str) -> str:
     return format_prompt(fields)
 
 
-def load_sft(source, *, limit: int | None = None, config: str | None = None,
-             split: str = "train") -> list[dict]:
+def load_sft(
+    source, *, limit: int | None = None, config: str | None = None, split: str = "train"
+) -> list[dict]:
     """See evaluators.benchmarks.codeforces.load_sft."""
     src = str(source)
-    rows = iter_rows(source, lambda name: hub_dataset(
-        name, config or SFT_DEFAULT_CONFIG.get(name), split))
+    rows = iter_rows(
+        source, lambda name: hub_dataset(name, config or SFT_DEFAULT_CONFIG.get(name), split)
+    )
     out, seen, skipped = [], Counter(), Counter()
     for where, row in rows:
         if limit is not None and len(out) >= limit:
@@ -390,9 +463,11 @@ def load_sft(source, *, limit: int | None = None, config: str | None = None,
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         if not any(k in row for k in _TRACE_FIELDS):
-            raise DataError(f"{src}: SFT needs worked solutions (messages or generation, as in "
-                            "open-r1/codeforces-cots); this is a problem set without them "
-                            "(open-r1/codeforces layout: read it with codeforces.load)")
+            raise DataError(
+                f"{src}: SFT needs worked solutions (messages or generation, as in "
+                "open-r1/codeforces-cots); this is a problem set without them "
+                "(open-r1/codeforces layout: read it with codeforces.load)"
+            )
         if "finish_reason" in row and row["finish_reason"] != "stop":
             skipped["not finished (finish_reason is not 'stop')"] += 1
             continue
@@ -403,7 +478,13 @@ def load_sft(source, *, limit: int | None = None, config: str | None = None,
         prompt = _sft_prompt(row, where)
         rid = str(row["id"])
         seen[rid] += 1
-        out.append({"id": rid if seen[rid] == 1 else f"{rid}#{seen[rid]}", "task": TASK,
-                    "prompt": prompt, "solution": solution})
+        out.append(
+            {
+                "id": rid if seen[rid] == 1 else f"{rid}#{seen[rid]}",
+                "task": TASK,
+                "prompt": prompt,
+                "solution": solution,
+            }
+        )
     report_skipped(src, skipped)
     return out

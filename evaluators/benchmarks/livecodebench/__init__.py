@@ -49,30 +49,39 @@ from evaluators.benchmarks.sources import looks_offline, read_rows
 from evaluators.benchmarks.splits import split_of  # noqa: F401 - re-exported as this module's own
 from gspo.io import DataError
 
-DEFAULT_TIMEOUT_S = 6.0      # LiveCodeBench's per-test timeout
+DEFAULT_TIMEOUT_S = 6.0  # LiveCodeBench's per-test timeout
 DEFAULT_MEMORY_MB = 1024
-REQUIRED_FIELDS = ("question_id", "question_content", "contest_date", "public_test_cases",
-                   "private_test_cases", "metadata")
+REQUIRED_FIELDS = (
+    "question_id",
+    "question_content",
+    "contest_date",
+    "public_test_cases",
+    "private_test_cases",
+    "metadata",
+)
 RECORD_FIELDS = ("id", "task", "prompt")
 
 # What LiveCodeBench's runner puts before every program (a subset of its `import_string`).
 IMPORT_HEADER = (
     "from typing import *\nfrom collections import *\nfrom math import *\n"
     "from itertools import *\nfrom functools import *\nfrom heapq import *\nfrom bisect import *\n"
-    "import collections, math, itertools, functools, heapq, bisect, string, re, sys\n")
+    "import collections, math, itertools, functools, heapq, bisect, string, re, sys\n"
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # Tests of a record: public ones as JSON, private ones as base64(zlib(pickle(json)))
 # (lcb_generator.encode_private_tests writes them)
 
+
 class _PlainDataUnpickler(pickle.Unpickler):
     """Admits only what pickle encodes without globals: str, bytes, numbers, bool, None, lists,
     tuples, dicts, sets. Any class, function or reducer is refused before it is looked up."""
 
     def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}: only plain data "
-                                     "is allowed in test cases")
+        raise pickle.UnpicklingError(
+            f"refusing to load global {module}.{name}: only plain data is allowed in test cases"
+        )
 
     def persistent_load(self, pid):
         raise pickle.UnpicklingError("refusing persistent id: only plain data is allowed")
@@ -83,7 +92,7 @@ def _decode_private_cached(blob: str) -> tuple:
     text = blob.strip()
     if not text:
         return ()
-    if text[0] in "[{":                  # some copies store the JSON itself
+    if text[0] in "[{":  # some copies store the JSON itself
         value = json.loads(text)
     else:
         raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
@@ -104,8 +113,19 @@ def decode_private_tests(blob: str, where: str = "private_test_cases") -> list[d
         return [dict(t) for t in _decode_private_cached(blob)]
     except DataError as e:
         raise DataError(f"{where}: {e}") from None
-    except (pickle.UnpicklingError, zlib.error, ValueError, EOFError, TypeError, UnicodeError,
-            IndexError, KeyError, AttributeError, MemoryError, RecursionError) as e:
+    except (
+        pickle.UnpicklingError,
+        zlib.error,
+        ValueError,
+        EOFError,
+        TypeError,
+        UnicodeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        MemoryError,
+        RecursionError,
+    ) as e:
         raise DataError(f"{where}: undecodable private tests ({type(e).__name__}: {e})") from None
 
 
@@ -121,7 +141,9 @@ def _check_tests(value, field: str) -> list[dict]:
                 raise DataError(f"{field}[{i}] is missing string field {k!r}")
         testtype = t.get("testtype", "stdin")
         if testtype not in ("stdin", "functional"):
-            raise DataError(f"{field}[{i}].testtype must be 'stdin' or 'functional', got {testtype!r}")
+            raise DataError(
+                f"{field}[{i}].testtype must be 'stdin' or 'functional', got {testtype!r}"
+            )
         out.append({"input": t["input"], "output": t["output"], "testtype": testtype})
     return out
 
@@ -155,7 +177,9 @@ def tests_of(record: dict) -> list[dict]:
     """Public then private tests of a record."""
     where = _where(record)
     tests = public_tests(record, f"{where}: public_test_cases")
-    tests += decode_private_tests(record.get("private_test_cases", ""), f"{where}: private_test_cases")
+    tests += decode_private_tests(
+        record.get("private_test_cases", ""), f"{where}: private_test_cases"
+    )
     if not tests:
         raise DataError(f"{where}: record has no tests")
     if any(t["testtype"] == "functional" for t in tests) and not metadata(record).get("func_name"):
@@ -170,6 +194,7 @@ def _where(record: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # Dates and the contamination window
 
+
 def _as_date(value, what: str) -> _dt.date:
     if isinstance(value, _dt.datetime):
         return value.date()
@@ -177,8 +202,11 @@ def _as_date(value, what: str) -> _dt.date:
         return value
     try:
         text = str(value).strip().replace("Z", "+00:00")
-        return _dt.datetime.fromisoformat(text).date() if "T" in text or " " in text \
+        return (
+            _dt.datetime.fromisoformat(text).date()
+            if "T" in text or " " in text
             else _dt.date.fromisoformat(text[:10])
+        )
     except ValueError:
         raise DataError(f"{what}: not an ISO date: {value!r}") from None
 
@@ -203,20 +231,27 @@ def filter_by_date(records: Iterable[dict], start_date=None, end_date=None) -> l
 # ---------------------------------------------------------------------------------------------
 # Loading real LiveCodeBench records
 
+
 def format_prompt(record: dict) -> str:
     """LiveCodeBench's code-generation instruction for a real record."""
     q = record.get("question_content", "")
     starter = record.get("starter_code") or ""
-    text = ("You will be given a question (problem specification) and will generate a correct "
-            "Python program that matches the specification and passes all tests.\n\n"
-            f"### Question:\n{q}\n\n")
+    text = (
+        "You will be given a question (problem specification) and will generate a correct "
+        "Python program that matches the specification and passes all tests.\n\n"
+        f"### Question:\n{q}\n\n"
+    )
     if starter:
-        text += ("### Format: You will use the following starter code to write the solution to "
-                 f"the problem and enclose your code within delimiters.\n```python\n{starter}\n```\n\n")
+        text += (
+            "### Format: You will use the following starter code to write the solution to "
+            f"the problem and enclose your code within delimiters.\n```python\n{starter}\n```\n\n"
+        )
     else:
-        text += ("### Format: Read the inputs from stdin solve the problem and write the answer to "
-                 "stdout (do not directly test on the sample inputs). Enclose your code within "
-                 "delimiters as follows.\n```python\n# YOUR CODE HERE\n```\n\n")
+        text += (
+            "### Format: Read the inputs from stdin solve the problem and write the answer to "
+            "stdout (do not directly test on the sample inputs). Enclose your code within "
+            "delimiters as follows.\n```python\n# YOUR CODE HERE\n```\n\n"
+        )
     return text + "### Answer: (use the provided format with backticks)\n\n"
 
 
@@ -246,7 +281,15 @@ def normalize(record: dict, where: str = "record") -> dict:
     rec.setdefault("prompt", format_prompt(rec))
     return rec
 
-HUB_FILES = ["test.jsonl", "test2.jsonl", "test3.jsonl", "test4.jsonl", "test5.jsonl", "test6.jsonl"]
+
+HUB_FILES = [
+    "test.jsonl",
+    "test2.jsonl",
+    "test3.jsonl",
+    "test4.jsonl",
+    "test5.jsonl",
+    "test6.jsonl",
+]
 
 
 def hub_data_files(version: str | None) -> list[str]:
@@ -256,7 +299,7 @@ def hub_data_files(version: str | None) -> list[str]:
         return list(HUB_FILES)
     try:
         if version.startswith("release_v"):
-            return HUB_FILES[:int(version[len("release_v"):])]
+            return HUB_FILES[: int(version[len("release_v") :])]
         if version.startswith("v"):
             return [HUB_FILES[int(version[1:]) - 1]]
     except (ValueError, IndexError):
@@ -276,15 +319,24 @@ def _hub_dataset(name: str, split: str, version: str | None):
     except Exception as e:  # noqa: BLE001 - one line naming the dataset, whatever went wrong
         files = f" (files {', '.join(kwargs['data_files'])})" if kwargs else f" (split {split})"
         if looks_offline(e):
-            raise DataError(f"{name}{files}: not in the local Hugging Face cache and no network; "
-                            f"download it with `huggingface-cli download {name} --repo-type "
-                            "dataset` or point data.files.lcb at local files") from None
+            raise DataError(
+                f"{name}{files}: not in the local Hugging Face cache and no network; "
+                f"download it with `huggingface-cli download {name} --repo-type "
+                "dataset` or point data.files.lcb at local files"
+            ) from None
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise DataError(f"{name}{files}: cannot load it ({type(e).__name__}: {msg})") from None
 
 
-def load(source, *, split: str = "test", version: str | None = None, start_date=None,
-         end_date=None, limit: int | None = None) -> list[dict]:
+def load(
+    source,
+    *,
+    split: str = "test",
+    version: str | None = None,
+    start_date=None,
+    end_date=None,
+    limit: int | None = None,
+) -> list[dict]:
     """Real LiveCodeBench records from a local .json/.jsonl file, or a hub dataset name (e.g.
     livecodebench/code_generation_lite, via `datasets`, `version` picking release files),
     checked, given id/task/prompt and filtered to the contest-date window."""
@@ -320,18 +372,28 @@ def load_sft(source, *, limit: int | None = None) -> list[dict]:
             raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
         for k in SFT_FIELDS:
             if not isinstance(row.get(k), str) or not row[k].strip():
-                raise DataError(f"{where}: missing field {k!r} (a string; an SFT set needs the "
-                                "problem and a worked solution)")
+                raise DataError(
+                    f"{where}: missing field {k!r} (a string; an SFT set needs the "
+                    "problem and a worked solution)"
+                )
         rid = str(row.get("id") or row.get("question_id") or f"lcb-sft-{len(out)}")
         if rid in seen:
             raise DataError(f"{where}: duplicate problem id {rid!r}")
         seen.add(rid)
-        out.append({"id": rid, "task": TASK, "prompt": row.get("prompt") or format_prompt(row),
-                    "solution": fenced(row["solution"])})
+        out.append(
+            {
+                "id": rid,
+                "task": TASK,
+                "prompt": row.get("prompt") or format_prompt(row),
+                "solution": fenced(row["solution"]),
+            }
+        )
     return out
+
 
 # ---------------------------------------------------------------------------------------------
 # Scoring
+
 
 def _stripped_lines(text: str) -> list[str]:
     return [line.strip() for line in text.strip().split("\n")]
@@ -358,9 +420,16 @@ def outputs_match(got: str, want: str) -> bool:
     return True
 
 
-def score(record: dict, completion: str, *, timeout_s: float | None = None,
-          memory_mb: int | None = None, stop_at_first_failure: bool = False, workers: int = 1,
-          unsafe: bool | None = None) -> dict:
+def score(
+    record: dict,
+    completion: str,
+    *,
+    timeout_s: float | None = None,
+    memory_mb: int | None = None,
+    stop_at_first_failure: bool = False,
+    workers: int = 1,
+    unsafe: bool | None = None,
+) -> dict:
     """Judge `completion` on every test of the LiveCodeBench `record`: {passed, verdicts,
     n_tests, n_passed}. Time / memory limits: the arguments, else the record's time_limit /
     memory_limit, else LiveCodeBench's 6 s and 1 GiB."""
@@ -369,14 +438,22 @@ def score(record: dict, completion: str, *, timeout_s: float | None = None,
     timeout = float(timeout_s or record.get("time_limit") or DEFAULT_TIMEOUT_S)
     memory = int(memory_mb or record.get("memory_limit") or DEFAULT_MEMORY_MB)
     header = record.get("import_header", IMPORT_HEADER)
-    return _judge.run_tests(extract_code(completion), tests, compare=outputs_match,
-                            func_name=meta.get("func_name", ""), header=header,
-                            timeout_s=timeout, memory_mb=memory,
-                            stop_at_first_failure=stop_at_first_failure, workers=workers,
-                            unsafe=unsafe)
+    return _judge.run_tests(
+        extract_code(completion),
+        tests,
+        compare=outputs_match,
+        func_name=meta.get("func_name", ""),
+        header=header,
+        timeout_s=timeout,
+        memory_mb=memory,
+        stop_at_first_failure=stop_at_first_failure,
+        workers=workers,
+        unsafe=unsafe,
+    )
 
 
-def score_many(records: Sequence[dict], completions: Sequence[str], workers: int = 2,
-               **kwargs) -> list[dict]:
+def score_many(
+    records: Sequence[dict], completions: Sequence[str], workers: int = 2, **kwargs
+) -> list[dict]:
     """score() of each (record, completion) pair, `workers` sandboxes at a time, in order."""
     return _judge.score_many(score, records, completions, workers, **kwargs)

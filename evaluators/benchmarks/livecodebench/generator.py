@@ -28,7 +28,7 @@ from evaluators.benchmarks.splits import draw_round_robin
 TASK = "lcb"
 GENERATED_TIMEOUT_S = 2.0
 GENERATED_MEMORY_MB = 256
-DATE_RANGE = ("2023-05-01", "2025-04-30")   # release dates of generated problems
+DATE_RANGE = ("2023-05-01", "2025-04-30")  # release dates of generated problems
 
 
 def encode_private_tests(tests: Sequence[dict]) -> str:
@@ -40,15 +40,15 @@ def encode_private_tests(tests: Sequence[dict]) -> str:
 @dataclasses.dataclass(frozen=True)
 class Template:
     name: str
-    testtype: str            # "stdin" or "functional"
-    difficulty: str          # LiveCodeBench's easy / medium / hard
-    statement: str           # format string over the constants
-    code: str                # format string: the worked solution
-    consts: tuple            # (name, lo, hi) ranges
-    inputs: str              # kind of test input
-    func: str = ""           # func_name of functional templates
+    testtype: str  # "stdin" or "functional"
+    difficulty: str  # LiveCodeBench's easy / medium / hard
+    statement: str  # format string over the constants
+    code: str  # format string: the worked solution
+    consts: tuple  # (name, lo, hi) ranges
+    inputs: str  # kind of test input
+    func: str = ""  # func_name of functional templates
     starter: str = ""
-    near: str = ""           # a threshold constant the tests must probe on both sides
+    near: str = ""  # a threshold constant the tests must probe on both sides
 
     def space(self) -> int:
         n = 1
@@ -58,32 +58,114 @@ class Template:
 
 
 TEMPLATES: tuple[Template, ...] = (
-    Template("linear", "stdin", "easy", "Read an integer n. Print n*{a}+{b}.",
-             "n=int(input())\nprint(n*{a}+{b})", (("a", 2, 9), ("b", 1, 60)), "int"),
-    Template("mod", "stdin", "easy", "Read an integer n. Print n mod {m}.",
-             "print(int(input())%{m})", (("m", 2, 99),), "bigint"),
-    Template("repeat", "stdin", "easy", "Read a word s. Print s repeated {k} times.",
-             "s=input()\nprint(s*{k})", (("k", 2, 9),), "word"),
-    Template("pair", "stdin", "medium", "Read integers a and b. Print a*{k}+b.",
-             "a,b=map(int,input().split())\nprint(a*{k}+b)", (("k", 2, 60),), "pair"),
-    Template("sum", "stdin", "medium", "Read integers on one line. Print their sum plus {k}.",
-             "print(sum(map(int,input().split()))+{k})", (("k", 1, 60),), "list"),
-    Template("max", "stdin", "medium", "Read integers on one line. Print the largest times {k}.",
-             "print(max(map(int,input().split()))*{k})", (("k", 2, 60),), "list"),
-    Template("count", "stdin", "hard", "Read an integer n. Print i*{k} for i=1..n, one per line.",
-             "for i in range(1,int(input())+1):print(i*{k})", (("k", 2, 60),), "small"),
-    Template("flinear", "functional", "easy", "Write Solution().f(x) returning x*{a}+{b}.",
-             "class Solution:\n def f(self,x):return x*{a}+{b}", (("a", 2, 9), ("b", 1, 60)),
-             "int", "f", "class Solution:\n    def f(self, x: int) -> int:\n        "),
-    Template("frepeat", "functional", "medium", "Write Solution().g(s) returning s reversed, {k} times.",
-             "class Solution:\n def g(self,s):return s[::-1]*{k}", (("k", 1, 9),),
-             "word", "g", "class Solution:\n    def g(self, s: str) -> str:\n        "),
-    Template("fsum", "functional", "medium", "Write Solution().h(a) returning sum(a) minus {k}.",
-             "class Solution:\n def h(self,a):return sum(a)-{k}", (("k", 1, 60),),
-             "list", "h", "class Solution:\n    def h(self, a: List[int]) -> int:\n        "),
-    Template("fcount", "functional", "hard", "Write Solution().c(a) returning how many items of a exceed {k}.",
-             "class Solution:\n def c(self,a):return sum(x>{k} for x in a)", (("k", 0, 60),),
-             "list", "c", "class Solution:\n    def c(self, a: List[int]) -> int:\n        ", "k"),
+    Template(
+        "linear",
+        "stdin",
+        "easy",
+        "Read an integer n. Print n*{a}+{b}.",
+        "n=int(input())\nprint(n*{a}+{b})",
+        (("a", 2, 9), ("b", 1, 60)),
+        "int",
+    ),
+    Template(
+        "mod",
+        "stdin",
+        "easy",
+        "Read an integer n. Print n mod {m}.",
+        "print(int(input())%{m})",
+        (("m", 2, 99),),
+        "bigint",
+    ),
+    Template(
+        "repeat",
+        "stdin",
+        "easy",
+        "Read a word s. Print s repeated {k} times.",
+        "s=input()\nprint(s*{k})",
+        (("k", 2, 9),),
+        "word",
+    ),
+    Template(
+        "pair",
+        "stdin",
+        "medium",
+        "Read integers a and b. Print a*{k}+b.",
+        "a,b=map(int,input().split())\nprint(a*{k}+b)",
+        (("k", 2, 60),),
+        "pair",
+    ),
+    Template(
+        "sum",
+        "stdin",
+        "medium",
+        "Read integers on one line. Print their sum plus {k}.",
+        "print(sum(map(int,input().split()))+{k})",
+        (("k", 1, 60),),
+        "list",
+    ),
+    Template(
+        "max",
+        "stdin",
+        "medium",
+        "Read integers on one line. Print the largest times {k}.",
+        "print(max(map(int,input().split()))*{k})",
+        (("k", 2, 60),),
+        "list",
+    ),
+    Template(
+        "count",
+        "stdin",
+        "hard",
+        "Read an integer n. Print i*{k} for i=1..n, one per line.",
+        "for i in range(1,int(input())+1):print(i*{k})",
+        (("k", 2, 60),),
+        "small",
+    ),
+    Template(
+        "flinear",
+        "functional",
+        "easy",
+        "Write Solution().f(x) returning x*{a}+{b}.",
+        "class Solution:\n def f(self,x):return x*{a}+{b}",
+        (("a", 2, 9), ("b", 1, 60)),
+        "int",
+        "f",
+        "class Solution:\n    def f(self, x: int) -> int:\n        ",
+    ),
+    Template(
+        "frepeat",
+        "functional",
+        "medium",
+        "Write Solution().g(s) returning s reversed, {k} times.",
+        "class Solution:\n def g(self,s):return s[::-1]*{k}",
+        (("k", 1, 9),),
+        "word",
+        "g",
+        "class Solution:\n    def g(self, s: str) -> str:\n        ",
+    ),
+    Template(
+        "fsum",
+        "functional",
+        "medium",
+        "Write Solution().h(a) returning sum(a) minus {k}.",
+        "class Solution:\n def h(self,a):return sum(a)-{k}",
+        (("k", 1, 60),),
+        "list",
+        "h",
+        "class Solution:\n    def h(self, a: List[int]) -> int:\n        ",
+    ),
+    Template(
+        "fcount",
+        "functional",
+        "hard",
+        "Write Solution().c(a) returning how many items of a exceed {k}.",
+        "class Solution:\n def c(self,a):return sum(x>{k} for x in a)",
+        (("k", 0, 60),),
+        "list",
+        "c",
+        "class Solution:\n    def c(self, a: List[int]) -> int:\n        ",
+        "k",
+    ),
 )
 TEMPLATE_NAMES = tuple(t.name for t in TEMPLATES)
 
@@ -165,7 +247,7 @@ def make_problem(t: Template, consts: dict) -> dict:
         if len(tests) == 5:
             break
         x = _draw_input(t.inputs, rng)
-        if t.near and len(tests) == 2:     # one private test straddles the threshold
+        if t.near and len(tests) == 2:  # one private test straddles the threshold
             k = consts[t.near]
             x = [k + 1, k, max(k - 1, 0)] + x[:2]
             rng.shuffle(x)
@@ -174,7 +256,7 @@ def make_problem(t: Template, consts: dict) -> dict:
             continue
         seen.add(key)
         tests.append(_make_test(t, consts, x))
-    while len(tests) < 5:     # tiny input spaces: repeat rather than fail
+    while len(tests) < 5:  # tiny input spaces: repeat rather than fail
         tests.append(tests[len(tests) % max(1, len(tests))])
     date = release_date(statement)
     qid = "gen" + hashlib.sha256(statement.encode()).hexdigest()[:10]
@@ -199,8 +281,14 @@ def make_problem(t: Template, consts: dict) -> dict:
     }
 
 
-def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None = None,
-             test_fraction: float = 0.1) -> list[dict]:
+def generate(
+    n: int,
+    *,
+    split: str,
+    seed: int,
+    templates: Iterable[str] | None = None,
+    test_fraction: float = 0.1,
+) -> list[dict]:
     """`n` distinct generated problems of `split` ('train' or 'test'), deterministic in `seed`.
 
     Templates (default: all of TEMPLATE_NAMES) are mixed round-robin, each drawing its constants
@@ -216,6 +304,11 @@ def generate(n: int, *, split: str, seed: int, templates: Iterable[str] | None =
     if unknown or not names:
         raise ValueError(f"unknown templates {unknown}; expected some of {list(TEMPLATE_NAMES)}")
     chosen = [by_name[name] for name in dict.fromkeys(names)]
-    return [{"id": f"{TASK}-{split}-{seed}-{i:05d}", "task": TASK, **make_problem(t, consts)}
-            for i, (t, consts) in enumerate(draw_round_robin(chosen, n, task=TASK, split=split, seed=seed,
-                                                             test_fraction=test_fraction))]
+    return [
+        {"id": f"{TASK}-{split}-{seed}-{i:05d}", "task": TASK, **make_problem(t, consts)}
+        for i, (t, consts) in enumerate(
+            draw_round_robin(
+                chosen, n, task=TASK, split=split, seed=seed, test_fraction=test_fraction
+            )
+        )
+    ]

@@ -20,12 +20,14 @@ def _gspo_file_main():
     _os.close(raw)
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE, 0
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except Exception:
         pass
     cap = int(_sys.argv[1])
-    child = _sp.Popen([_sys.executable, "-I", "-B", "solution.py"], stdin=_sp.DEVNULL,
-                      close_fds=True)
+    child = _sp.Popen(
+        [_sys.executable, "-I", "-B", "solution.py"], stdin=_sp.DEVNULL, close_fds=True
+    )
     rc = child.wait()
     if rc == 0:
         msg = b"N"
@@ -41,11 +43,11 @@ def _gspo_file_main():
                     if not chunk:
                         break
                     data += chunk
-                msg = b"F" + bytes(data[:cap + 1])
+                msg = b"F" + bytes(data[: cap + 1])
             _os.close(out)
         view = memoryview(msg)
         while view:
-            view = view[_os.write(fd, view):]
+            view = view[_os.write(fd, view) :]
         _os._exit(0)
     if rc < 0:
         _signal.signal(-rc, _signal.SIG_DFL)

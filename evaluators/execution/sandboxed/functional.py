@@ -35,7 +35,10 @@ def _gspo_main():
     try:
         payload = dumps({"result": result})
     except (TypeError, ValueError, RecursionError):
-        write(fd, (dumps({"error": "unserializable", "detail": type(result).__name__}) + "\n").encode())
+        write(
+            fd,
+            (dumps({"error": "unserializable", "detail": type(result).__name__}) + "\n").encode(),
+        )
         exit_(0)
     _sys.stdout.flush()
     write(fd, (payload + "\n").encode())

@@ -30,10 +30,15 @@ def micro_batch(micro_batch_size: int, budget: int, share: int, seq_len: int) ->
 def check_whole_share(cfg, share: int, what: str) -> None:
     """Refuse, on CUDA, a config whose rank's `share` sequences would all go through one TRL
     forward (`what`: "minibatch" or "step")."""
-    if (str(cfg.device).startswith("cuda") and share > 1 and not cfg.micro_batch_size
-            and not cfg.max_tokens_per_micro_batch):
+    if (
+        str(cfg.device).startswith("cuda")
+        and share > 1
+        and not cfg.micro_batch_size
+        and not cfg.max_tokens_per_micro_batch
+    ):
         raise ConfigError(
             f"max_tokens_per_micro_batch: 0 (and micro_batch_size 0) puts a rank's whole {what} "
             f"of {share} sequences in one forward ({ENGINE}; its logits alone can exceed the "
             "GPU); set max_tokens_per_micro_batch (TRL then micro-batches by it) or "
-            "micro_batch_size")
+            "micro_batch_size"
+        )

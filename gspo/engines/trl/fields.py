@@ -6,25 +6,25 @@ from __future__ import annotations
 # RLConfig field -> what it becomes in TRL (docs/ENGINES.md's table)
 FIELDS: dict[str, str] = {
     "algorithm": "`loss_type`, `importance_sampling_level`: the objective's TRL form "
-                 "(gspo.core.objectives.Objective.trl, docs/OBJECTIVES.md's TRL column); one "
-                 "without one refused",
+    "(gspo.core.objectives.Objective.trl, docs/OBJECTIVES.md's TRL column); one "
+    "without one refused",
     "engine": "this engine",
     "model": "the model TRL trains",
     "out_dir": "`output_dir` = out_dir/trl; checkpoints/, metrics.jsonl, model/ by the harness",
     "train_data": "each step's prompts as the native trainer draws them, in order "
-                  "(`shuffle_dataset=False`)",
+    "(`shuffle_dataset=False`)",
     "steps": "`max_steps` = steps x minibatches x epochs",
     "prompts_per_step": "the generation batch: prompts_per_step x group_size = "
-                        "`per_device_train_batch_size` x `steps_per_generation`",
+    "`per_device_train_batch_size` x `steps_per_generation`",
     "group_size": "`num_generations`",
     "minibatches": "`steps_per_generation` (x gradient accumulation)",
     "epochs": "`num_iterations`",
     "micro_batch_size": "`per_device_train_batch_size`, `gradient_accumulation_steps`; refused "
-                        "with agg token-mean",
+    "with agg token-mean",
     "max_tokens_per_micro_batch": "`per_device_train_batch_size`: the most sequences of the "
-                                  "longest prompt + max_new_tokens within it (gspo.engines.trl.batch); "
-                                  "0 with micro_batch_size 0 refused on CUDA; refused with agg "
-                                  "token-mean",
+    "longest prompt + max_new_tokens within it (gspo.engines.trl.batch); "
+    "0 with micro_batch_size 0 refused on CUDA; refused with agg "
+    "token-mean",
     "logprob_chunk": "refused unless 0",
     "activation_checkpointing": "`gradient_checkpointing`",
     "precision": "`bf16` for bfloat16 (TRL: autocast over fp32 weights)",
@@ -36,7 +36,7 @@ FIELDS: dict[str, str] = {
     "eps_low": "`epsilon` (cispo: refused below 1, TRL's CISPO has no lower bound)",
     "eps_high": "`epsilon_high` (cispo: 1 + eps_high, TRL's bound is the weight's cap)",
     "agg": "`loss_type`: seq-mean-token-mean: grpo, token-mean: bnpo (cispo: its own, over the "
-           "rollout batch's mean minibatch), seq-mean-token-sum-norm: dr_grpo (token level)",
+    "rollout batch's mean minibatch), seq-mean-token-sum-norm: dr_grpo (token level)",
     "adv_scale": "`scale_rewards`: std: group, none: none",
     "sapo_tau_pos": "`sapo_temperature_pos`",
     "sapo_tau_neg": "`sapo_temperature_neg`",
@@ -48,15 +48,15 @@ FIELDS: dict[str, str] = {
     "rollout_correction_min": "refused unless at its default",
     "rollout_correction_max": "refused unless at its default",
     "log_ratio_clamp": "refused unless at its default; TRL does not clamp (equal while every "
-                       "|log ratio| is below it)",
+    "|log ratio| is below it)",
     "kl_coef": "`beta` (k3 estimate, `use_bias_correction_kl=False`)",
     "temperature": "`temperature`",
     "top_p": "`top_p` (`top_k=0`)",
     "max_new_tokens": "`max_completion_length`",
     "rollout": "engine torch: transformers' generate on the training model, other settings "
-               "refused unless at their defaults (device: the training device); engine vllm: "
-               "this project's vLLM engine, colocated, through TRL's `rollout_func` "
-               "(gspo.engines.trl.rollout), every setting as under the native trainer",
+    "refused unless at their defaults (device: the training device); engine vllm: "
+    "this project's vLLM engine, colocated, through TRL's `rollout_func` "
+    "(gspo.engines.trl.rollout), every setting as under the native trainer",
     "old_logprobs": "recompute (TRL recomputes whenever an update is off-policy); rollout refused",
     "routing_replay": "refused unless false (TRL has no Routing Replay)",
     "routing_replay_source": "refused unless trainer",
@@ -64,18 +64,18 @@ FIELDS: dict[str, str] = {
     "moe_metrics": "refused on MoE models unless false; no effect on dense ones",
     "reward_workers": "the reward function's sandboxes",
     "peak_flops": "mfu_rollout (generation and TRL's old-log-prob pass) and mfu_update, from the "
-                  "harness's clock and compute count",
+    "harness's clock and compute count",
     "ckpt_every": "`save_steps` = ckpt_every x minibatches x epochs",
     "keep_last": "checkpoints/ (TRL keeps its newest exported checkpoint)",
     "keep_steps": "checkpoints/",
     "resume": "`resume_from_checkpoint`: the TRL checkpoint the latest checkpoints/step_S names",
     "max_consecutive_nonfinite": "stops after this many steps in a row with a non-finite loss or "
-                                 "gradient norm (TRL applies such updates; it does not skip them)",
+    "gradient norm (TRL applies such updates; it does not skip them)",
     "seed": "`seed`",
     "log_samples_every": "the harness: every this many rollout steps, the samples TRL's reward "
-                         "function gets (prompt, completion, reward; no advantage, ratio or clip) "
-                         "to samples/ and MLflow as gspo.tracking.samples writes them (TRL's own "
-                         "`log_completions` goes to wandb or trackio only)",
+    "function gets (prompt, completion, reward; no advantage, ratio or clip) "
+    "to samples/ and MLflow as gspo.tracking.samples writes them (TRL's own "
+    "`log_completions` goes to wandb or trackio only)",
     "device": "`use_cpu` for cpu, else accelerate's device",
     "threads": "torch.set_num_threads",
     "verl": "engine: verl's settings (RLConfig refuses them with any other engine)",

@@ -29,18 +29,23 @@ from __future__ import annotations
 from gspo.errors import TrainingError
 
 ENGINE = "engine: trl"
-_lifted = False             # shard_cpu_worlds_too has run in this process
+_lifted = False  # shard_cpu_worlds_too has run in this process
 
 
 def fsdp_args(world_size: int) -> dict:
     """TrainingArguments' FSDP2 settings on `world_size` ranks (none on one)."""
     if world_size <= 1:
         return {}
-    return dict(fsdp=True,
-                fsdp_config={"version": 2, "reshard_after_forward": True,
-                             "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                             "state_dict_type": "FULL_STATE_DICT",
-                             "cpu_ram_efficient_loading": True})
+    return dict(
+        fsdp=True,
+        fsdp_config={
+            "version": 2,
+            "reshard_after_forward": True,
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "state_dict_type": "FULL_STATE_DICT",
+            "cpu_ram_efficient_loading": True,
+        },
+    )
 
 
 def load(path, world):
@@ -50,9 +55,9 @@ def load(path, world):
 
     if world.size <= 1 or world.main:
         return load_model(path)
-    model, tok = load_model(path, weights=False)       # on the meta device: nothing read
-    model.to_empty(device="cpu")      # torch.empty: accelerate moves it to meta before filling
-    model.tie_weights()               # to_empty made the tied head a parameter of its own
+    model, tok = load_model(path, weights=False)  # on the meta device: nothing read
+    model.to_empty(device="cpu")  # torch.empty: accelerate moves it to meta before filling
+    model.tie_weights()  # to_empty made the tied head a parameter of its own
     return model, tok
 
 
@@ -91,8 +96,7 @@ def untied_saves(base):
 
     class Trainer(base):  # type: ignore[valid-type,misc]  # a class given at run time
         def _save(self, output_dir=None, state_dict=None):
-            super()._save(output_dir, untied(self.accelerator.unwrap_model(self.model),
-                                             state_dict))
+            super()._save(output_dir, untied(self.accelerator.unwrap_model(self.model), state_dict))
 
     return Trainer
 
@@ -113,8 +117,10 @@ def shard_cpu_worlds_too() -> None:
         # each construction copies the process state (MULTI_CPU) over the shared one again
         if kwargs.get("fsdp_plugin") is not None:
             self.fsdp_plugin = kwargs["fsdp_plugin"]
-        if (self.distributed_type == DistributedType.MULTI_CPU
-                and self.__dict__.get("fsdp_plugin") is not None):
+        if (
+            self.distributed_type == DistributedType.MULTI_CPU
+            and self.__dict__.get("fsdp_plugin") is not None
+        ):
             self.distributed_type = DistributedType.FSDP
 
     state.AcceleratorState.__init__ = __init__
@@ -135,7 +141,9 @@ def check_sharded(accelerator, world_size: int) -> str:
     """The trainer's sharding; on several ranks anything but FSDP2 is a TrainingError."""
     got = sharding(accelerator)
     if world_size > 1 and got != "fsdp2":
-        raise TrainingError(f"{ENGINE}: accelerate prepared {got}, not FSDP2, on {world_size} "
-                            f"ranks ({accelerator.distributed_type}); is `fsdp` in the "
-                            "trainer's arguments (gspo.engines.trl.fsdp.fsdp_args)?")
+        raise TrainingError(
+            f"{ENGINE}: accelerate prepared {got}, not FSDP2, on {world_size} "
+            f"ranks ({accelerator.distributed_type}); is `fsdp` in the "
+            "trainer's arguments (gspo.engines.trl.fsdp.fsdp_args)?"
+        )
     return got

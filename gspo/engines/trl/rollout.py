@@ -36,38 +36,57 @@ class Rollout:
         from gspo.rollout import make_engine
 
         r = cfg.rollout
-        self.engine = make_engine("vllm", cfg.model, device=dist.rank_device(r.device, world),
-                                  dtype=r.dtype, seed=cfg.seed, **r.vllm_options())
+        self.engine = make_engine(
+            "vllm",
+            cfg.model,
+            device=dist.rank_device(r.device, world),
+            dtype=r.dtype,
+            seed=cfg.seed,
+            **r.vllm_options(),
+        )
         self.cfg, self.tok, self.stop_ids, self.world = cfg, tokenizer, stop_ids, world
-        self.synced = 0           # TRL's optimizer step whose weights the engine holds
+        self.synced = 0  # TRL's optimizer step whose weights the engine holds
 
     def __call__(self, prompts: list[str], trainer) -> dict:
         cfg, G = self.cfg, self.cfg.group_size
         # TRL hands each prompt G times in a row (its sampler repeats it per generation)
         uniq = prompts[::G]
-        if len(prompts) != G * len(uniq) or any(prompts[i] != uniq[i // G]
-                                                for i in range(len(prompts))):
-            raise ConfigError(f"rollout: TRL passed {len(prompts)} prompts that are not groups "
-                              f"of {G} (group_size) repeats; engine: trl with rollout.engine: "
-                              "vllm needs TRL's default sampler")
+        if len(prompts) != G * len(uniq) or any(
+            prompts[i] != uniq[i // G] for i in range(len(prompts))
+        ):
+            raise ConfigError(
+                f"rollout: TRL passed {len(prompts)} prompts that are not groups "
+                f"of {G} (group_size) repeats; engine: trl with rollout.engine: "
+                "vllm needs TRL's default sampler"
+            )
         now = trainer.state.global_step
         if now != self.synced:
             policy = trainer.accelerator.unwrap_model(trainer.model)
-            writer = self.world.local_rank == 0     # one writer per node (vllm_engine)
-            self.engine.update_weights(dist.full_state_dict(   # FSDP2: gathered one at a time
-                policy, self.world, dtype=getattr(torch, cfg.rollout.dtype), keep=writer),
-                world=self.world)
+            writer = self.world.local_rank == 0  # one writer per node (vllm_engine)
+            self.engine.update_weights(
+                dist.full_state_dict(  # FSDP2: gathered one at a time
+                    policy, self.world, dtype=getattr(torch, cfg.rollout.dtype), keep=writer
+                ),
+                world=self.world,
+            )
             self.synced = now
         step = now // (cfg.minibatches * cfg.epochs)
         ids = [self.tok(p, add_special_tokens=False).input_ids for p in uniq]
         first = self.world.rank * len(uniq)
         groups = self.engine.generate(
-            ids, n=G, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens, stop_token_ids=self.stop_ids,
-            seed=[prompt_seed(cfg.seed, step, first + i) * G for i in range(len(ids))])
-        return {"prompt_ids": [p for p in ids for _ in range(G)],
-                "completion_ids": [c.token_ids for g in groups for c in g],
-                "logprobs": [c.logprobs for g in groups for c in g]}
+            ids,
+            n=G,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            stop_token_ids=self.stop_ids,
+            seed=[prompt_seed(cfg.seed, step, first + i) * G for i in range(len(ids))],
+        )
+        return {
+            "prompt_ids": [p for p in ids for _ in range(G)],
+            "completion_ids": [c.token_ids for g in groups for c in g],
+            "logprobs": [c.logprobs for g in groups for c in g],
+        }
 
     def close(self) -> None:
         self.engine.close()

@@ -26,11 +26,19 @@ from gspo.native.data import Mix
 # verl's logged name -> this project's (the report's curves, fit and claims read these). verl's
 # pg_clipfrac is a token-weighted mean for every loss mode, GSPO's included: it is
 # clip_frac_tokens; verl logs no sequence-level clip fraction, so clip_frac_seqs stays absent.
-METRICS = {"critic/score/mean": "reward_mean", "actor/pg_clipfrac": "clip_frac_tokens",
-           "actor/entropy": "entropy", "actor/kl_loss": "kl", "actor/grad_norm": "grad_norm",
-           "actor/pg_loss": "loss", "actor/lr": "lr", "response_length/mean": "response_length",
-           "timing_s/step": "time_step_s", "timing_s/gen": "time_rollout_s",
-           "timing_s/update_actor": "time_update_s"}
+METRICS = {
+    "critic/score/mean": "reward_mean",
+    "actor/pg_clipfrac": "clip_frac_tokens",
+    "actor/entropy": "entropy",
+    "actor/kl_loss": "kl",
+    "actor/grad_norm": "grad_norm",
+    "actor/pg_loss": "loss",
+    "actor/lr": "lr",
+    "response_length/mean": "response_length",
+    "timing_s/step": "time_step_s",
+    "timing_s/gen": "time_rollout_s",
+    "timing_s/update_actor": "time_update_s",
+}
 
 
 def verl_metrics(job_dir) -> list[tuple[int, dict]]:
@@ -38,8 +46,9 @@ def verl_metrics(job_dir) -> list[tuple[int, dict]]:
     the launcher numbers them: verl's logger truncates its file when a run resumes); a step an
     attempt logged again after a resume takes the later attempt's record."""
     by_step: dict[int, dict] = {}
-    files = sorted(pathlib.Path(job_dir).glob("metrics.*.jsonl"),
-                   key=lambda p: int(p.name.split(".")[1]))
+    files = sorted(
+        pathlib.Path(job_dir).glob("metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1])
+    )
     for f in files:
         for line in f.read_text().splitlines():
             if line.strip():
@@ -70,9 +79,11 @@ def _hf_files(step_dir: pathlib.Path) -> pathlib.Path:
         p = step_dir / sub
         if (p / "config.json").is_file() and any(p.glob("*.safetensors")):
             return p
-    raise FileNotFoundError(f"{step_dir}: no Hugging Face model files (actor/huggingface or "
-                            "actor/model/huggingface with config.json and *.safetensors); "
-                            "verl saves them with checkpoint.save_contents: [..., hf_model]")
+    raise FileNotFoundError(
+        f"{step_dir}: no Hugging Face model files (actor/huggingface or "
+        "actor/model/huggingface with config.json and *.safetensors); "
+        "verl saves them with checkpoint.save_contents: [..., hf_model]"
+    )
 
 
 def export(job_dir, ckpt_root, step: int, counters: dict) -> pathlib.Path:
@@ -80,9 +91,11 @@ def export(job_dir, ckpt_root, step: int, counters: dict) -> pathlib.Path:
     evaluation reads and the state file that marks it complete."""
     dest = pathlib.Path(ckpt_root) / f"step_{step:06d}"
     ckpt.export_model_files(
-        _hf_files(pathlib.Path(job_dir) / "checkpoints" / f"global_step_{step}"), dest,
+        _hf_files(pathlib.Path(job_dir) / "checkpoints" / f"global_step_{step}"),
+        dest,
         {"step": step, "stage": "rl", "engine": "verl", "compute_flops": counters["compute_flops"]},
-        {"step": step, "counters": dict(counters)})
+        {"step": step, "counters": dict(counters)},
+    )
     return dest
 
 
@@ -94,8 +107,9 @@ def saved_steps(job_dir) -> list[int]:
     if not tracker.is_file():
         return []
     last = int(tracker.read_text().strip())
-    return sorted(s for s in (int(p.name.rsplit("_", 1)[1]) for p in root.glob("global_step_*"))
-                  if s <= last)
+    return sorted(
+        s for s in (int(p.name.rsplit("_", 1)[1]) for p in root.glob("global_step_*")) if s <= last
+    )
 
 
 def steps_to_collect(rows: dict, saved: set, steps: int) -> list[int]:
@@ -106,9 +120,11 @@ def steps_to_collect(rows: dict, saved: set, steps: int) -> list[int]:
 
     gaps = [s for s in range(1, steps + 1) if s not in rows and s not in saved]
     if gaps or steps not in saved:
-        raise TrainingError(f"verl's run logged steps {_spans(rows)} and saved {sorted(saved)}; "
-                            f"this config trains {steps} steps, saved at the last "
-                            f"(missing: {_spans(gaps) or steps})")
+        raise TrainingError(
+            f"verl's run logged steps {_spans(rows)} and saved {sorted(saved)}; "
+            f"this config trains {steps} steps, saved at the last "
+            f"(missing: {_spans(gaps) or steps})"
+        )
     return list(range(1, steps + 1))
 
 
@@ -136,29 +152,40 @@ def collect(cfg: RLConfig) -> pathlib.Path:
     out = pathlib.Path(cfg.out_dir)
     job = out / JOB
     if not (job / DONE).is_file():
-        raise TrainingError(f"{job}: no finished verl run (no {DONE}); verl's trainer runs "
-                            "first, in its own environment (the workflow's verl_train rule)")
+        raise TrainingError(
+            f"{job}: no finished verl run (no {DONE}); verl's trainer runs "
+            "first, in its own environment (the workflow's verl_train rule)"
+        )
     done = json.loads((job / DONE).read_text())
     rows, saved = dict(verl_metrics(job)), set(saved_steps(job))
     try:
         steps = steps_to_collect(rows, saved, cfg.steps)
     except TrainingError as e:
         raise TrainingError(f"{job}: {e}") from None
-    ckpt.write_run_info(out, ckpt.run_info(
-        to_dict(cfg), Mix(cfg.train_data).hashes(), stage="rl", algorithm=cfg.algorithm,
-        engine="verl", verl_version=done.get("verl_version"), world_size=done.get("world_size")))
+    ckpt.write_run_info(
+        out,
+        ckpt.run_info(
+            to_dict(cfg),
+            Mix(cfg.train_data).hashes(),
+            stage="rl",
+            algorithm=cfg.algorithm,
+            engine="verl",
+            verl_version=done.get("verl_version"),
+            world_size=done.get("world_size"),
+        ),
+    )
     forward = FlopCounter(load_model(cfg.model, weights=False)[0]).forward
     log = MetricsLog(out / "metrics.jsonl")
-    counters = {"compute_flops": 0.0, "tokens_generated": 0.0, "tokens_trained": 0.0,
-                "wall_s": 0.0}
+    counters = {"compute_flops": 0.0, "tokens_generated": 0.0, "tokens_trained": 0.0, "wall_s": 0.0}
     logged = {s: record(d, cfg, forward) for s, d in rows.items() if s <= cfg.steps}
     # a step without its row (saved, then stopped before its log): the logged steps' mean
     mean_flops = sum(f for _, f in logged.values()) / max(1, len(logged))
     mean_tokens = sum(r["tokens_generated"] for r, _ in logged.values()) / max(1, len(logged))
     bad = 0
     for step in steps:
-        rec, flops = logged.get(step, ({"tokens_generated": mean_tokens, "verl/row_missing": 1},
-                                       mean_flops))
+        rec, flops = logged.get(
+            step, ({"tokens_generated": mean_tokens, "verl/row_missing": 1}, mean_flops)
+        )
         rec = dict(rec)
         tokens = rec.pop("tokens_generated")
         counters["compute_flops"] += flops
@@ -168,21 +195,31 @@ def collect(cfg: RLConfig) -> pathlib.Path:
         finite = all(math.isfinite(rec.get(k, 0.0)) for k in ("loss", "grad_norm"))
         bad = 0 if finite else bad + 1
         if bad >= cfg.max_consecutive_nonfinite:
-            raise TrainingError(f"step {step}: {bad} non-finite losses or gradient norms in a "
-                                f"row in verl's log (max_consecutive_nonfinite)")
+            raise TrainingError(
+                f"step {step}: {bad} non-finite losses or gradient norms in a "
+                f"row in verl's log (max_consecutive_nonfinite)"
+            )
         if step in saved:
             export(job, out / "checkpoints", step, counters)
         log.log(step, {**rec, **counters})
     ckpt.prune_checkpoints(out / "checkpoints", cfg.keep_last, cfg.keep_steps)
     ckpt.publish_model(ckpt.latest_checkpoint(out / "checkpoints"), out / "model")
-    write_json(out / "summary.json", {"steps": cfg.steps, "algorithm": cfg.algorithm,
-                                      "engine": "verl", "world_size": done.get("world_size"),
-                                      **counters})
+    write_json(
+        out / "summary.json",
+        {
+            "steps": cfg.steps,
+            "algorithm": cfg.algorithm,
+            "engine": "verl",
+            "world_size": done.get("world_size"),
+            **counters,
+        },
+    )
     return out / "model"
 
 
-def run_rl(cfg: RLConfig, reward_fn=None, *, tracking=None, restart_if_changed: bool = False,
-           world=None):
+def run_rl(
+    cfg: RLConfig, reward_fn=None, *, tracking=None, restart_if_changed: bool = False, world=None
+):
     """gspo.native.trainer.run_rl's counterpart for pipeline.train: the collected run in its MLflow
     stage run. verl scored the rewards itself (evaluators.for_verl), so `reward_fn` is unused."""
     from gspo.native.trainer import prepare_out_dir
