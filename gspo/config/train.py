@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 from gspo.config.fields import ConfigError as ConfigError  # the configs' error, imported with them
 from gspo.config.fields import check, option
+from gspo.core import offpolicy
 from gspo.core.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
+
+OFF = offpolicy.DEFAULTS  # the off-policy objectives' parameters: their sources' defaults
 
 
 @dataclass
@@ -348,6 +351,41 @@ class RLConfig(TrainConfig):
     )
     sapo_tau_pos: float = option(1.0, "sapo only: the gate's temperature for positive advantages")
     sapo_tau_neg: float = option(1.05, "sapo only: the gate's temperature for negative advantages")
+    vespo_k_pos: float = option(OFF.vespo_k_pos, "vespo only: phi's power k for A >= 0 (TRL's)")
+    vespo_lambda_pos: float = option(
+        OFF.vespo_lambda_pos, "vespo only: phi's decay lambda for A >= 0 (TRL's)"
+    )
+    vespo_k_neg: float = option(OFF.vespo_k_neg, "vespo only: phi's power k for A < 0 (TRL's)")
+    vespo_lambda_neg: float = option(
+        OFF.vespo_lambda_neg, "vespo only: phi's decay lambda for A < 0 (TRL's)"
+    )
+    dppo_is_cap: float = option(
+        OFF.dppo_is_cap,
+        "dppo_tv / dppo_kl only: the cap of DPPO's truncated importance "
+        "weight (eps_low / eps_high are its divergence thresholds)",
+    )
+    clip_cov_ratio: float = option(
+        OFF.clip_cov_ratio, "clip_cov only: the share of tokens dropped (verl's)"
+    )
+    clip_cov_lb: float = option(
+        OFF.clip_cov_lb, "clip_cov only: lower end of the centred-product band (verl's)"
+    )
+    clip_cov_ub: float = option(
+        OFF.clip_cov_ub, "clip_cov only: upper end of the centred-product band (verl's)"
+    )
+    kl_cov_ratio: float = option(
+        OFF.kl_cov_ratio, "kl_cov only: the share of tokens penalised (verl's)"
+    )
+    kl_cov_coef: float = option(
+        OFF.kl_cov_coef, "kl_cov only: the coefficient of |log w| on them (verl's)"
+    )
+    opsm_threshold: typing.Optional[float] = option(
+        None,
+        "off-policy sequence masking over any objective (DeepSeek-V3.2; TRL's "
+        "off_policy_mask_threshold): a sequence with A < 0 whose mean log-prob drift "
+        "log pi_old - log pi_theta exceeds this drops out of the update (None: off; "
+        "DeepSeek-V3.2 and TRL suggest e.g. 0.5)",
+    )
     mask_truncated: typing.Optional[bool] = option(
         None,
         "no loss on responses cut at "
@@ -568,8 +606,8 @@ class RLConfig(TrainConfig):
             check(
                 not self.eps_low and not self.eps_high,
                 "eps_low/eps_high",
-                f"{self.algorithm} has no clip (its gate's temperatures are sapo_tau_pos / "
-                "sapo_tau_neg); leave them unset",
+                f"{self.algorithm} has no clip (sapo's gate has sapo_tau_pos / sapo_tau_neg, "
+                "vespo's weight vespo_k_* / vespo_lambda_*); leave them unset",
             )
             self.eps_low = self.eps_high = 0.0
         check(
@@ -582,6 +620,7 @@ class RLConfig(TrainConfig):
             "sapo_tau_pos/sapo_tau_neg",
             "must be > 0",
         )
+        self._offpolicy_checks()
         self.agg = obj.agg if self.agg is None else self.agg
         self.adv_scale = obj.adv_scale if self.adv_scale is None else self.adv_scale
         if self.mask_truncated is None:
@@ -611,4 +650,36 @@ class RLConfig(TrainConfig):
             0 <= self.rollout_correction_min < self.rollout_correction_max,
             "rollout_correction_min/rollout_correction_max",
             "need 0 <= min < max",
+        )
+
+    def _offpolicy_checks(self) -> None:
+        """The off-policy objectives' own settings (gspo.core.offpolicy) and OPSM."""
+        for name in offpolicy.FIELDS:
+            value, owners = getattr(self, name), offpolicy.OWNERS[name]
+            check(
+                self.algorithm in owners or value == getattr(OFF, name),
+                name,
+                f"applies to algorithm: {' / '.join(owners)} only, not {self.algorithm}; "
+                f"leave it at {getattr(OFF, name)}",
+            )
+            if name in ("clip_cov_lb", "clip_cov_ub"):
+                continue
+            check(value >= 0, name, f"must be >= 0, got {value}")
+            check(value > 0 or name.startswith("vespo_k"), name, f"must be > 0, got {value}")
+            check(
+                value <= 1 or not name.endswith("_ratio"),
+                name,
+                f"is a share of the tokens: must be <= 1, got {value}",
+            )
+        check(self.clip_cov_lb < self.clip_cov_ub, "clip_cov_lb/clip_cov_ub", "need lb < ub")
+        check(
+            self.opsm_threshold is None or self.opsm_threshold >= 0,
+            "opsm_threshold",
+            f"must be >= 0 (or null: off), got {self.opsm_threshold}",
+        )
+        check(
+            self.algorithm != "vespo" or self.rollout_correction == "none",
+            "rollout_correction",
+            "vespo folds the engine's weights into its sequence weight (TRL) rather than "
+            "multiplying the loss; not supported here: set none",
         )

@@ -28,6 +28,7 @@ import shutil
 
 from gspo.config.fields import ConfigError, Refusals, to_dict
 from gspo.config.train import RLConfig
+from gspo.core import offpolicy
 from gspo.core.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 from gspo.infra import checkpoint as ckpt
 from gspo.io import write_json
@@ -79,12 +80,25 @@ FIELDS: dict[str, str] = {
     "warmup_steps": "`actor.optim.lr_warmup_steps` (verl steps its schedule once per rollout step)",
     "weight_decay": "`actor.optim.weight_decay`",
     "grad_clip": "`actor.optim.clip_grad`",
-    "eps_low": "`actor.clip_ratio_low`; verl's dual clip off (`clip_ratio_c` 1e9)",
+    "eps_low": "`actor.clip_ratio_low` (dppo_tv / dppo_kl: the divergence threshold); verl's "
+    "dual clip off (`clip_ratio_c` 1e9) but for DPPO's cap (dppo_is_cap)",
     "eps_high": "`actor.clip_ratio_high`",
     "agg": "`actor.loss_agg_mode` (seq-mean-token-sum-norm: `loss_scale_factor` = max_new_tokens)",
     "adv_scale": "`algorithm.norm_adv_by_std_in_grpo`",
     "sapo_tau_pos": "`actor.tau_pos`",
     "sapo_tau_neg": "`actor.tau_neg`",
+    "vespo_k_pos": "refused unless at its default (verl has no VESPO)",
+    "vespo_lambda_pos": "refused unless at its default",
+    "vespo_k_neg": "refused unless at its default",
+    "vespo_lambda_neg": "refused unless at its default",
+    "dppo_is_cap": "dppo_tv / dppo_kl: `actor.clip_ratio_c` (verl's cap of DPPO's truncated "
+    "weight); the others keep the dual clip off",
+    "clip_cov_ratio": "`actor.policy_loss.clip_cov_ratio`",
+    "clip_cov_lb": "`actor.policy_loss.clip_cov_lb`",
+    "clip_cov_ub": "`actor.policy_loss.clip_cov_ub`",
+    "kl_cov_ratio": "`actor.policy_loss.kl_cov_ratio`",
+    "kl_cov_coef": "`actor.policy_loss.ppo_kl_coef`",
+    "opsm_threshold": "refused unless null (verl has no off-policy sequence masking)",
     "mask_truncated": "refused unless false",
     "overlong_buffer": "refused unless 0 (dapo: set 0)",
     "dynamic_sampling": "refused unless false (dapo: set false)",
@@ -150,6 +164,7 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "dynamic_sampling_max_rounds",
         "mask_truncated",
         "peak_flops",
+        *(f for f in offpolicy.FIELDS if f.startswith("vespo")),
     ):
         need(
             d[field] in (base[field], 0, False),
@@ -160,6 +175,11 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         cfg.log_ratio_clamp == DEFAULT_LOG_RATIO_CLAMP,
         "log_ratio_clamp",
         f"verl's clamps are fixed; leave it at {DEFAULT_LOG_RATIO_CLAMP}",
+    )
+    need(
+        cfg.opsm_threshold is None,
+        "opsm_threshold",
+        "verl has no off-policy sequence masking: leave it unset",
     )
     need(
         cfg.precision == "bfloat16",
@@ -254,7 +274,15 @@ def overrides(
         f"{a}.policy_loss.loss_mode": LOSS_MODE[cfg.algorithm],
         f"{a}.clip_ratio_low": cfg.eps_low,
         f"{a}.clip_ratio_high": cfg.eps_high,
-        f"{a}.clip_ratio_c": DUAL_CLIP_OFF,
+        # verl's DPPO truncates its weight at clip_ratio_c; the others' dual clip stays off
+        f"{a}.clip_ratio_c": cfg.dppo_is_cap
+        if LOSS_MODE[cfg.algorithm].startswith("dppo")
+        else DUAL_CLIP_OFF,
+        f"{a}.policy_loss.clip_cov_ratio": cfg.clip_cov_ratio,
+        f"{a}.policy_loss.clip_cov_lb": cfg.clip_cov_lb,
+        f"{a}.policy_loss.clip_cov_ub": cfg.clip_cov_ub,
+        f"{a}.policy_loss.kl_cov_ratio": cfg.kl_cov_ratio,
+        f"{a}.policy_loss.ppo_kl_coef": cfg.kl_cov_coef,
         f"{a}.tau_pos": cfg.sapo_tau_pos,
         f"{a}.tau_neg": cfg.sapo_tau_neg,
         f"{a}.loss_agg_mode": cfg.agg,
