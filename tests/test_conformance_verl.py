@@ -269,6 +269,9 @@ WEIGHT_MODES = {  # ours: (mode, c_min, c_max); verl: (rollout_is level, thresho
     "sequence_truncate": (("sequence_truncate", 0.0, 2.0), ("sequence", 2.0)),
     "token_mask": (("token_mask", 0.5, 1.5), ("token", "0.5_1.5")),
     "sequence_mask": (("sequence_mask", 0.5, 2.0), ("sequence", "0.5_2.0")),
+    # IcePop: the token mask with its band (0.5, 5), and one narrow enough to act at both ends
+    "icepop": (("icepop", 0.5, 5.0), ("token", "0.5_5.0")),
+    "icepop-narrow": (("icepop", 0.8, 1.25), ("token", "0.8_1.25")),
 }
 
 

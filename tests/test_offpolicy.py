@@ -8,7 +8,7 @@ import torch
 
 from gspo.config.fields import ConfigError
 from gspo.config.train import DataSource, RLConfig
-from gspo.core.objectives import policy_loss
+from gspo.core.objectives import ICEPOP_BAND, policy_loss, rollout_correction
 from gspo.core.offpolicy import Params
 
 LUSPO = dict(objective="luspo", eps_low=3e-4, eps_high=4e-4, agg="seq-mean-token-sum")
@@ -271,3 +271,36 @@ def test_the_verl_objectives_settings_default_to_verls_and_belong_to_their_objec
         with pytest.raises(ConfigError, match=match):
             cfg(**kw)
     assert cfg(algorithm="clip_cov", clip_cov_lb=-1.0).clip_cov_lb == -1.0
+
+
+def test_icepop_drops_the_tokens_whose_weight_leaves_its_band_and_keeps_the_others_weights():
+    # weights pi_old / pi_engine 0.4, 0.6, 4.0, 6.0 per token: [0.5, 5] keeps 0.6 and 4.0 as
+    # they are, zeroes 0.4 and 6.0 (MIS per token; TIS would cap 6.0 at 5)
+    w = torch.tensor([[0.4, 0.6, 4.0, 6.0]], dtype=torch.float64)
+    old = torch.log(w)
+    engine = torch.zeros_like(old)
+    mask = torch.ones(1, 4)
+    got = rollout_correction(old, engine, mask, "icepop", *ICEPOP_BAND)
+    assert flat(got) == pytest.approx([0.0, 0.6, 4.0, 0.0])
+    assert torch.equal(got, rollout_correction(old, engine, mask, "token_mask", 0.5, 5.0))
+    assert flat(rollout_correction(old, engine, mask, "token_truncate", 0.5, 5.0)) == (
+        pytest.approx([0.5, 0.6, 4.0, 5.0])
+    )
+
+
+def test_icepops_band_defaults_to_its_papers_and_belongs_to_it():
+    c = cfg(rollout_correction="icepop")
+    assert (c.icepop_min, c.icepop_max) == ICEPOP_BAND == (0.5, 5.0)
+    assert c.correction_band() == (0.5, 5.0)
+    assert cfg(rollout_correction="token_mask").correction_band() == (0.0, 3.0)
+    cases = [
+        (dict(icepop_min=0.8), r"^icepop_min/icepop_max: apply to rollout_correction: icepop"),
+        (dict(rollout_correction="icepop", icepop_min=2.0, icepop_max=1.0), r"need 0 <= a < b"),
+        (
+            dict(rollout_correction="icepop", rollout_correction_max=2.0),
+            r"^rollout_correction_min/rollout_correction_max: icepop's band is",
+        ),
+    ]
+    for kw, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            cfg(**kw)

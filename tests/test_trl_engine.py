@@ -46,6 +46,8 @@ REFUSED = {
     "rollout_correction": [dict(rollout_correction="token_truncate")],
     "rollout_correction_min": [dict(rollout_correction_min=0.5)],
     "rollout_correction_max": [dict(rollout_correction_max=2.0)],
+    "icepop_min": [dict(rollout_correction="icepop", icepop_min=0.3)],
+    "icepop_max": [dict(rollout_correction="icepop", icepop_max=3.0)],
     "routing_replay": [dict(routing_replay=True)],
     "routing_replay_source": [dict(routing_replay=True, routing_replay_source="engine")],
     "router_aux_loss_coef": [dict(router_aux_loss_coef=0.01)],

@@ -845,6 +845,12 @@ MAPPED = {
             dict(rollout_correction="token_truncate", rollout_correction_max=2.0),
         )
     ],
+    "icepop_min": [
+        (dict(rollout_correction="icepop"), dict(rollout_correction="icepop", icepop_min=0.3))
+    ],
+    "icepop_max": [
+        (dict(rollout_correction="icepop"), dict(rollout_correction="icepop", icepop_max=3.0))
+    ],
     "kl_coef": [({}, dict(kl_coef=0.1))],
     "dppo_is_cap": [
         (dict(algorithm="dppo_tv"), dict(algorithm="dppo_tv", dppo_is_cap=5.0)),

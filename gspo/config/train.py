@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from gspo.config.fields import ConfigError as ConfigError  # the configs' error, imported with them
 from gspo.config.fields import check, option
 from gspo.core import offpolicy
-from gspo.core.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
+from gspo.core.objectives import (
+    AGGS,
+    CORRECTIONS,
+    DEFAULT_LOG_RATIO_CLAMP,
+    ICEPOP_BAND,
+    OBJECTIVES,
+)
 
 OFF = offpolicy.DEFAULTS  # the off-policy objectives' parameters: their sources' defaults
 
@@ -419,10 +425,19 @@ class RLConfig(TrainConfig):
         "importance weights pi_old / pi_engine on each "
         f"token's loss, for any objective: one of "
         f"{list(CORRECTIONS)} (truncate: TIS, mask: MIS; sequence: "
-        "the product of its tokens' weights)",
+        "the product of its tokens' weights; icepop: MIS per token in "
+        "[icepop_min, icepop_max])",
     )
     rollout_correction_min: float = option(0.0, "rollout_correction's lower bound")
     rollout_correction_max: float = option(3.0, "rollout_correction's upper bound (TRL's default)")
+    icepop_min: float = option(
+        ICEPOP_BAND[0],
+        "rollout_correction: icepop only: tokens whose weight pi_old / pi_engine falls below "
+        "this drop out (IcePop's a)",
+    )
+    icepop_max: float = option(
+        ICEPOP_BAND[1], "rollout_correction: icepop only: ... or rises above this (IcePop's b)"
+    )
     log_ratio_clamp: float = option(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
     kl_coef: float = option(0.0, "KL penalty to the starting model (paper: 0)")
     temperature: float = option(1.0, "sampling temperature (also applied to trainer log-probs)")
@@ -651,6 +666,24 @@ class RLConfig(TrainConfig):
             "rollout_correction_min/rollout_correction_max",
             "need 0 <= min < max",
         )
+        icepop = self.rollout_correction == "icepop"
+        check(
+            icepop or (self.icepop_min, self.icepop_max) == ICEPOP_BAND,
+            "icepop_min/icepop_max",
+            f"apply to rollout_correction: icepop only; leave them at {ICEPOP_BAND}",
+        )
+        check(
+            not icepop or (self.rollout_correction_min, self.rollout_correction_max) == (0.0, 3.0),
+            "rollout_correction_min/rollout_correction_max",
+            "icepop's band is icepop_min / icepop_max; leave these at 0.0 / 3.0",
+        )
+        check(0 <= self.icepop_min < self.icepop_max, "icepop_min/icepop_max", "need 0 <= a < b")
+
+    def correction_band(self) -> tuple[float, float]:
+        """rollout_correction's [c_min, c_max]: icepop's band, or the TIS / MIS bounds."""
+        if self.rollout_correction == "icepop":
+            return self.icepop_min, self.icepop_max
+        return self.rollout_correction_min, self.rollout_correction_max
 
     def _offpolicy_checks(self) -> None:
         """The off-policy objectives' own settings (gspo.core.offpolicy) and OPSM."""

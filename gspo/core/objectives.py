@@ -251,7 +251,16 @@ OBJECTIVES: dict[str, Objective] = {
 DEFAULT_EPS = {name: o.eps for name, o in OBJECTIVES.items()}
 
 
-CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+CORRECTIONS = (
+    "none",
+    "token_truncate",
+    "token_mask",
+    "sequence_truncate",
+    "sequence_mask",
+    "icepop",
+)
+# IcePop's band [a, b] of the token weight (Ring-1T, arXiv 2510.18855: a = 0.5, b = 5)
+ICEPOP_BAND = (0.5, 5.0)
 
 
 def rollout_correction(
@@ -267,7 +276,9 @@ def rollout_correction(
     policy a little differently from the trainer (Yao et al. 2025, "Your efficient RL framework
     secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*, verl's
     rollout_correction). Per token, or per sequence (the product of its token weights, on every
-    token); truncated to [c_min, c_max] (TIS), or set to 0 outside it (MIS)."""
+    token); truncated to [c_min, c_max] (TIS), or set to 0 outside it (MIS). "icepop" is MIS per
+    token (IcePop, arXiv 2510.18855: a token whose weight leaves [a, b] drops out of the
+    update, the others keep their weight), its band ICEPOP_BAND unless given."""
     if mode not in CORRECTIONS[1:]:
         raise ValueError(f"mode must be one of {CORRECTIONS[1:]}, got {mode!r}")
     valid = mask > 0

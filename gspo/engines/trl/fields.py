@@ -60,6 +60,8 @@ FIELDS: dict[str, str] = {
     "rollout_correction": "refused unless none (TRL corrects vLLM rollouts only)",
     "rollout_correction_min": "refused unless at its default",
     "rollout_correction_max": "refused unless at its default",
+    "icepop_min": "refused unless at its default",
+    "icepop_max": "refused unless at its default",
     "log_ratio_clamp": "refused unless at its default; TRL does not clamp (equal while every "
     "|log ratio| is below it)",
     "kl_coef": "`beta` (k3 estimate, `use_bias_correction_kl=False`)",

@@ -119,6 +119,8 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "rollout_correction",
         "rollout_correction_min",
         "rollout_correction_max",
+        "icepop_min",
+        "icepop_max",
         "routing_replay",
         "routing_replay_source",
         "router_aux_loss_coef",

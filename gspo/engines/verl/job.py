@@ -42,6 +42,7 @@ CORRECTION = {
     "token_mask": "token",
     "sequence_truncate": "sequence",
     "sequence_mask": "sequence",
+    "icepop": "token",  # verl's token mask, "lower_upper": IcePop
 }
 BETAS = (0.9, 0.99)  # Adam's, as the native trainer's
 JOB = "verl"  # out_dir/verl: the parquet, the overrides, verl's checkpoints and logs
@@ -104,9 +105,11 @@ FIELDS: dict[str, str] = {
     "dynamic_sampling": "refused unless false (dapo: set false)",
     "dynamic_sampling_max_rounds": "refused unless at its default",
     "rollout_correction": "`algorithm.rollout_correction.rollout_is` token / sequence, "
-    "`rollout_is_threshold` (truncate: max; mask: min_max)",
+    "`rollout_is_threshold` (truncate: max; mask: min_max; icepop: token, min_max)",
     "rollout_correction_min": "mask modes: the threshold's lower end; truncate: refused unless 0",
     "rollout_correction_max": "the threshold's upper end",
+    "icepop_min": "icepop: the token threshold's lower end (`rollout_is=token`, min_max)",
+    "icepop_max": "icepop: the token threshold's upper end",
     "log_ratio_clamp": "refused unless at its default (20: verl's vanilla clamp; its GSPO clamps "
     "at 10, equal while every |log ratio| is below it)",
     "kl_coef": "`actor.use_kl_loss`, `kl_loss_coef`, `kl_loss_type=low_var_kl` (k3, which verl "
@@ -200,7 +203,7 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "verl samples with its vLLM servers: set rollout.engine: vllm",
     )
     need(
-        cfg.rollout_correction in ("none", "token_mask", "sequence_mask")
+        cfg.rollout_correction in ("none", "token_mask", "sequence_mask", "icepop")
         or cfg.rollout_correction_min == 0.0,
         "rollout_correction_min",
         "verl's truncation has no lower bound: set 0",
@@ -350,10 +353,10 @@ def _conditional(cfg: RLConfig) -> dict:
     if cfg.rollout.max_model_len:
         o[f"{r}.max_model_len"] = cfg.rollout.max_model_len
     if cfg.rollout_correction != "none":
-        lo, hi = cfg.rollout_correction_min, cfg.rollout_correction_max
+        lo, hi = cfg.correction_band()
         o["algorithm.rollout_correction.rollout_is"] = CORRECTION[cfg.rollout_correction]
         o["algorithm.rollout_correction.rollout_is_threshold"] = (
-            f"{lo}_{hi}" if cfg.rollout_correction.endswith("mask") else hi
+            hi if cfg.rollout_correction.endswith("truncate") else f"{lo}_{hi}"
         )
     if cfg.old_logprobs == "rollout":
         o["algorithm.rollout_correction.bypass_mode"] = True
