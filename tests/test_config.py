@@ -56,9 +56,9 @@ def test_a_wrong_type_names_the_dotted_field(tmp_path):
 def test_an_unknown_algorithm_is_rejected_with_the_valid_choices(tmp_path):
     with pytest.raises(
         ConfigError,
-        match=r"algorithm: must be one of \['cispo', 'dapo', "
-        r"'dr_grpo', 'gmpo', 'grpo', 'gspo', 'gspo_token', "
-        r"'sapo'\]",
+        match=r"algorithm: must be one of \['cispo', 'clip_cov', 'dapo', 'dppo_kl', 'dppo_tv', "
+        r"'dr_grpo', 'gmpo', 'grpo', 'gspo', 'gspo_token', 'kl_cov', 'luspo', "
+        r"'sapo', 'vespo'\]",
     ):
         load(RLConfig, write(tmp_path, "algorithm: ppo\ntrain_data: [{path: a}]\n"))
 

@@ -19,8 +19,10 @@ import pytest
 import torch
 
 from gspo.core.objectives import policy_loss
+from gspo.core.offpolicy import FIELDS, Params
 
 B, T = 4, 6
+VESPO_PARAMS = Params(vespo_k_pos=1.5, vespo_lambda_pos=0.5, vespo_k_neg=4.0, vespo_lambda_neg=1.25)
 
 
 def trl_loss(
@@ -36,9 +38,12 @@ def trl_loss(
     max_len: int = T,
     tau=(1.0, 1.05),
     is_ratio=None,
+    opsm=None,
+    config=None,
     tmp_path=None,
 ):
-    """TRL's GRPO loss of `logp` (a leaf) and its metrics: (loss, {metric: value})."""
+    """TRL's GRPO loss of `logp` (a leaf) and its metrics: (loss, {metric: value}); `opsm`: its
+    off_policy_mask_threshold, `config`: more of GRPOConfig's arguments (VESPO's)."""
     from accelerate import Accelerator
     from trl import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
@@ -59,12 +64,14 @@ def trl_loss(
             per_device_train_batch_size=B,
             num_generations=2,
             max_completion_length=max_len,
+            off_policy_mask_threshold=opsm,
+            **(config or {}),
         )
     t = object.__new__(GRPOTrainer)
     t.args, t.loss_type, t.importance_sampling_level = args, loss_type, level
     t.epsilon_low, t.epsilon_high, t.beta = eps_low, eps_high, 0.0
     t.max_completion_length = max_len
-    t.top_entropy_quantile, t.off_policy_mask_threshold = 1.0, None
+    t.top_entropy_quantile, t.off_policy_mask_threshold = 1.0, opsm
     t._entropy_bonus_enabled, t.aux_loss_enabled = False, False
     # the rollout correction: TRL multiplies each token's loss by the ratios it computed when it
     # sampled with vLLM; given here, as ours are given to policy_loss
@@ -170,13 +177,48 @@ SAME = {
         dict(loss_type="sapo", eps_low=0.2, eps_high=0.2, tau=(1.0, 1.25)),
         None,
     ),
+    # LUSPO: GSPO's sequence ratio, each sequence's token terms summed; TRL counts sequences
+    "luspo": (
+        dict(objective="luspo", eps_low=3e-4, eps_high=4e-4, agg="seq-mean-token-sum"),
+        dict(loss_type="luspo", level="sequence", eps_low=3e-4, eps_high=4e-4),
+        "clip_frac_seqs",
+    ),
+    # VESPO with its defaults (TRL's), and with other parameters (each exact in float32: TRL
+    # makes k and lambda float32 tensors, as SAPO's temperatures)
+    "vespo": (
+        dict(objective="vespo", agg="token-mean"),
+        dict(loss_type="vespo", eps_low=0.2, eps_high=0.2),
+        None,
+    ),
+    "vespo-params": (
+        dict(objective="vespo", agg="token-mean", params=VESPO_PARAMS),
+        dict(
+            loss_type="vespo",
+            eps_low=0.2,
+            eps_high=0.2,
+            config={f: getattr(VESPO_PARAMS, f) for f in FIELDS},
+        ),
+        None,
+    ),
+    # OPSM over GRPO and over DAPO: sequences with A < 0 drifting past 0.0 drop out
+    "grpo-opsm": (
+        dict(objective="grpo", eps_low=0.2, eps_high=0.27, opsm_threshold=0.0),
+        dict(loss_type="grpo", eps_low=0.2, eps_high=0.27, opsm=0.0),
+        "clip_frac_tokens",
+    ),
+    "dapo-opsm": (
+        dict(objective="dapo", eps_low=0.2, eps_high=0.28, agg="token-mean", opsm_threshold=0.0),
+        dict(loss_type="dapo", eps_low=0.2, eps_high=0.28, opsm=0.0),
+        "clip_frac_tokens",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(SAME))
 def test_the_loss_gradient_and_clip_fraction_equal_trls(batch, tmp_path, name):
     ours, trl, clip_key = SAME[name]
-    noise = 1e-3 if name.startswith("gspo") else 0.3  # GSPO's band is 7e-4 wide: some in, some out
+    # GSPO's (and LUSPO's) band is 7e-4 wide: some in, some out
+    noise = 1e-3 if name.startswith(("gspo", "luspo")) else 0.3
     l_ours, l_trl, g_ours, g_trl, m_ours, m_trl = both(batch, tmp_path, ours, dict(trl), noise)
     assert l_ours == pytest.approx(l_trl, abs=1e-9, rel=1e-9)
     assert torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
@@ -185,6 +227,8 @@ def test_the_loss_gradient_and_clip_fraction_equal_trls(batch, tmp_path, name):
         # TRL logs its clip fraction in float32
         assert m_ours[clip_key] == pytest.approx(m_trl["clip_ratio/region_mean"], rel=1e-6)
         assert 0 < m_ours[clip_key] < 1  # some terms clipped, not all
+    if "opsm_threshold" in ours:  # not vacuous: the mask drops some sequences, not all
+        assert 0 < m_ours["opsm_masked_seqs"] < 1
 
 
 def test_gspos_clip_fraction_is_sequences_in_trl_and_tokens_in_ours_too(batch, tmp_path):
@@ -251,3 +295,23 @@ def test_the_rollout_correction_weighs_the_loss_as_trls_vllm_importance_sampling
     )
     assert l_ours == pytest.approx(l_trl, abs=1e-9, rel=1e-9)
     assert torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
+
+
+# negative controls for the objectives built for off-policy training: each changed setting
+# moves our loss off TRL's (the equality above would fail)
+OFF_POLICY_CONTROLS = {
+    "luspo's per-sequence token mean": ("luspo", {"agg": "seq-mean-token-mean"}),
+    "vespo's k for A >= 0": ("vespo", {"params": Params(vespo_k_pos=2.5)}),
+    "opsm's threshold": ("grpo-opsm", {"opsm_threshold": 0.1}),
+    "opsm off": ("grpo-opsm", {"opsm_threshold": None}),
+}
+
+
+@pytest.mark.parametrize("control", list(OFF_POLICY_CONTROLS))
+def test_the_off_policy_comparisons_fail_when_a_setting_changes(batch, tmp_path, control):
+    name, change = OFF_POLICY_CONTROLS[control]
+    ours, trl, _ = SAME[name]
+    noise = 1e-3 if name == "luspo" else 0.3
+    l_ours, l_trl, g_ours, g_trl, *_ = both(batch, tmp_path, {**ours, **change}, dict(trl), noise)
+    assert abs(l_ours - l_trl) > 1e-9 or not torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)
+    assert not torch.allclose(g_ours, g_trl, atol=1e-9, rtol=0)

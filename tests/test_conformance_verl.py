@@ -1,5 +1,6 @@
 """The objectives against verl's own code, called as installed: verl 0.9.1's registered policy
-losses (`core_algos.get_policy_loss_fn`: vanilla, gspo, cispo, geo_mean, sapo) and its
+losses (`core_algos.get_policy_loss_fn`: vanilla, gspo, cispo, geo_mean, sapo, and for the
+objectives built for off-policy training dppo_tv, dppo_kl, clip_cov, kl_cov, gspo as LUSPO) and its
 rollout-correction weights, on identical float64 tensors. The loss, its gradient and the clip
 fraction agree where the conventions do; each known difference of convention is asserted as a
 difference (docs/OBJECTIVES.md lists them); a negative control shows the comparison fails when a
@@ -24,6 +25,7 @@ import pytest
 import torch
 
 from gspo.core.objectives import policy_loss, rollout_correction
+from gspo.core.offpolicy import Params
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VERL_PATH = pathlib.Path(sys.prefix) / "verl-nodeps"
@@ -127,8 +129,109 @@ SAME = {
 # verl's sequence sums carry no guard, and scaling the mask scales them
 UNGUARDED = ("seq-mean-token-sum", "seq-mean-token-sum-norm")
 
+# the objectives built for off-policy training (gspo.core.offpolicy), with a boolean mask as
+# verl's actor passes it (Clip-Cov counts its tokens on the mask itself, so a scaled one would
+# change how many it takes): name -> (ours, loss_mode, ActorConfig fields, loss_agg_mode,
+# PolicyLossConfig fields, torch's global seed before the call or None)
+CLIP_COV_ALL = dict(clip_cov_ratio=1.0, clip_cov_lb=-0.5, clip_cov_ub=0.6)  # every candidate
+CLIP_COV_SOME = dict(clip_cov_ratio=0.15, clip_cov_lb=-0.5, clip_cov_ub=0.6)  # 2 of them, at random
+KL_COV = dict(kl_cov_ratio=0.2, ppo_kl_coef=1.0)
+OFF_POLICY = {
+    # LUSPO: verl's gspo with each sequence's token terms summed
+    "luspo": (
+        dict(objective="luspo", eps_low=3e-4, eps_high=4e-4, agg="seq-mean-token-sum"),
+        "gspo",
+        clip(3e-4, 4e-4),
+        "seq-mean-token-sum",
+        {},
+        None,
+    ),
+    # DPPO: eps_* are the divergence thresholds, verl's clip_ratio_*; its weight's cap verl's
+    # clip_ratio_c, ours dppo_is_cap (the default 20, and 1.2, which acts on these ratios)
+    "dppo_tv": (
+        dict(objective="dppo_tv", eps_low=0.15, eps_high=0.15),
+        "dppo_tv",
+        clip(0.15, 0.15, c=20.0),
+        "seq-mean-token-mean",
+        {},
+        None,
+    ),
+    "dppo_tv-cap": (
+        dict(
+            objective="dppo_tv",
+            eps_low=0.1,
+            eps_high=0.2,
+            agg="token-mean",
+            params=Params(dppo_is_cap=1.2),
+        ),
+        "dppo_tv",
+        clip(0.1, 0.2, c=1.2),
+        "token-mean",
+        {},
+        None,
+    ),
+    "dppo_kl": (
+        dict(objective="dppo_kl", eps_low=0.05, eps_high=0.05),
+        "dppo_kl",
+        clip(0.05, 0.05, c=20.0),
+        "seq-mean-token-mean",
+        {},
+        None,
+    ),
+    "dppo_kl-cap": (
+        dict(
+            objective="dppo_kl",
+            eps_low=0.02,
+            eps_high=0.1,
+            agg="token-mean",
+            params=Params(dppo_is_cap=1.2),
+        ),
+        "dppo_kl",
+        clip(0.02, 0.1, c=1.2),
+        "token-mean",
+        {},
+        None,
+    ),
+    "clip_cov": (
+        dict(objective="clip_cov", eps_low=0.2, eps_high=0.2, params=Params(**CLIP_COV_ALL)),
+        "clip_cov",
+        clip(0.2, 0.2),
+        "seq-mean-token-mean",
+        CLIP_COV_ALL,
+        None,
+    ),
+    # a random 2 of the candidates: torch's global generator, seeded alike on both sides
+    "clip_cov-random": (
+        dict(
+            objective="clip_cov",
+            eps_low=0.2,
+            eps_high=0.2,
+            agg="token-mean",
+            params=Params(**CLIP_COV_SOME),
+        ),
+        "clip_cov",
+        clip(0.2, 0.2),
+        "token-mean",
+        CLIP_COV_SOME,
+        7,
+    ),
+    "kl_cov": (
+        dict(
+            objective="kl_cov",
+            params=Params(kl_cov_ratio=KL_COV["kl_cov_ratio"], kl_cov_coef=KL_COV["ppo_kl_coef"]),
+        ),
+        "kl_cov",
+        {},
+        "seq-mean-token-mean",
+        KL_COV,
+        None,
+    ),
+}
 
-def loss_case(name, mode, config, agg, *, noise=0.3, scaled=False, is_weights=None):
+
+def loss_case(
+    name, mode, config, agg, *, noise=0.3, scaled=False, is_weights=None, policy=None, seed=None
+):
     old, logp, mask, adv = make_batch(noise)
     case = {
         "kind": "loss",
@@ -142,13 +245,20 @@ def loss_case(name, mode, config, agg, *, noise=0.3, scaled=False, is_weights=No
     }
     if is_weights is not None:
         case["is_weights"] = is_weights
+    if policy:
+        case["policy_loss"] = policy
+    if seed is not None:
+        case["seed"] = seed
     return name, case
 
 
-def ours(settings: dict, noise=0.3, is_weights=None):
-    """(loss, gradient on real tokens, metrics) of policy_loss."""
+def ours(settings: dict, noise=0.3, is_weights=None, seed=None):
+    """(loss, gradient on real tokens, metrics) of policy_loss (torch's global generator seeded
+    with `seed` just before, if given)."""
     old, logp, mask, adv = make_batch(noise)
     lp = logp.clone().requires_grad_()
+    if seed is not None:
+        torch.manual_seed(seed)
     value, metrics = policy_loss(lp, old, adv, mask, is_weights=is_weights, **settings)
     value.backward()
     return float(value.detach()), lp.grad * mask, metrics
@@ -159,6 +269,9 @@ WEIGHT_MODES = {  # ours: (mode, c_min, c_max); verl: (rollout_is level, thresho
     "sequence_truncate": (("sequence_truncate", 0.0, 2.0), ("sequence", 2.0)),
     "token_mask": (("token_mask", 0.5, 1.5), ("token", "0.5_1.5")),
     "sequence_mask": (("sequence_mask", 0.5, 2.0), ("sequence", "0.5_2.0")),
+    # IcePop: the token mask with its band (0.5, 5), and one narrow enough to act at both ends
+    "icepop": (("icepop", 0.5, 5.0), ("token", "0.5_5.0")),
+    "icepop-narrow": (("icepop", 0.8, 1.25), ("token", "0.8_1.25")),
 }
 
 
@@ -175,6 +288,8 @@ def all_cases() -> dict:
         cases.update([loss_case(name, mode, config, agg)])
         if agg not in UNGUARDED:
             cases.update([loss_case(name + "@scaled", mode, config, agg, scaled=True)])
+    for name, (_, mode, config, agg, policy, seed) in OFF_POLICY.items():
+        cases.update([loss_case(name, mode, config, agg, policy=policy, seed=seed)])
     # differences of convention and the negative control
     cases.update(
         [
@@ -201,6 +316,23 @@ def all_cases() -> dict:
                 scaled=True,
             ),
             loss_case("dapo-0.27", "vanilla", clip(0.2, 0.27), "token-mean", scaled=True),
+            # negative controls for the off-policy objectives: another threshold, seed, coef
+            loss_case("dppo_tv-0.1", "dppo_tv", clip(0.15, 0.1, c=20.0), "seq-mean-token-mean"),
+            loss_case(
+                "clip_cov-seed-8",
+                "clip_cov",
+                clip(0.2, 0.2),
+                "token-mean",
+                policy=CLIP_COV_SOME,
+                seed=8,
+            ),
+            loss_case(
+                "kl_cov-coef-0.5",
+                "kl_cov",
+                {},
+                "seq-mean-token-mean",
+                policy={**KL_COV, "ppo_kl_coef": 0.5},
+            ),
         ]
     )
     old, _, mask, _ = make_batch()
@@ -359,3 +491,53 @@ def test_the_rollout_correction_weights_equal_verls(verl, mode):
     assert bool(((valid == c_max) | (valid == 0)).any()) and bool(
         ((valid > 0) & (valid < c_max)).any()
     )
+
+
+@pytest.mark.parametrize("name", list(OFF_POLICY))
+def test_the_off_policy_objectives_equal_verls(verl, name):
+    settings, mode, _, _, _, seed = OFF_POLICY[name]
+    loss, grad, metrics = ours(settings, seed=seed)
+    _, _, mask, _ = make_batch()
+    theirs = verl[name]
+    assert abs(float(theirs["loss"]) - loss) <= 1e-12
+    torch.testing.assert_close(theirs["grad"] * mask, grad, rtol=0, atol=1e-12)
+    assert abs(loss) > 1e-3 and grad.abs().max() > 1e-3
+    m = theirs["metrics"]
+    # what each acts on, counted alike (verl in float32), and acting on this batch: DPPO's
+    # tokens outside its trust region, Clip-Cov's dropped tokens
+    if mode.startswith("dppo") or mode == "gspo":
+        assert m["actor/pg_clipfrac"] == pytest.approx(metrics["clip_frac_tokens"], abs=1e-7)
+        assert 0 < metrics["clip_frac_tokens"] < 1
+    if mode == "clip_cov":
+        assert m["actor/pg_clipfrac"] == pytest.approx(metrics["clip_cov_selected"], abs=1e-7)
+        assert 0 < metrics["clip_cov_selected"] < metrics["clip_frac_tokens"]
+    if mode == "kl_cov":
+        assert metrics["kl_cov_selected"] == pytest.approx(3 / 18)  # floor(0.2 x 18) tokens
+
+
+def test_dppos_cap_and_clip_covs_random_choice_act_on_these_cases(verl):
+    """Not vacuous: the cap truncates some weight, the random case leaves some candidates, and
+    all of them taken is a different loss."""
+    old, logp, mask, _ = make_batch()
+    assert bool((((logp - old).exp() > 1.2) & (mask > 0)).any())
+    some = ours(OFF_POLICY["clip_cov-random"][0], seed=7)[2]["clip_cov_selected"]
+    every = ours({**OFF_POLICY["clip_cov-random"][0], "params": Params(**CLIP_COV_ALL)})[2]
+    assert some == pytest.approx(2 / 18) and every["clip_cov_selected"] > some
+
+
+@pytest.mark.parametrize(
+    "name, control",
+    [
+        ("dppo_tv", "dppo_tv-0.1"),
+        ("clip_cov-random", "clip_cov-seed-8"),
+        ("kl_cov", "kl_cov-coef-0.5"),
+    ],
+)
+def test_the_off_policy_comparisons_fail_when_a_threshold_the_seed_or_a_coefficient_changes(
+    verl, name, control
+):
+    """Negative control: verl told another DPPO threshold, another seed for Clip-Cov's choice
+    or another KL-Cov coefficient gives another loss than ours with the first."""
+    settings, *_, seed = OFF_POLICY[name]
+    assert abs(float(verl[name]["loss"]) - ours(settings, seed=seed)[0]) <= 1e-12
+    assert abs(float(verl[control]["loss"]) - ours(settings, seed=seed)[0]) > 1e-6

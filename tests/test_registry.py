@@ -62,7 +62,15 @@ def test_every_benchmark_has_its_data_and_eval_sections_in_the_schema_and_the_da
 def test_the_engines_maps_are_the_registrys(monkeypatch):
     assert verl_engine.LOSS_MODE == {n: o.verl for n, o in OBJECTIVES.items() if o.verl}
     assert trl_engine.TRL_OBJECTIVES == tuple(n for n, o in OBJECTIVES.items() if o.trl)
-    assert {o.trl for o in OBJECTIVES.values()} <= {"", "token", "sequence", "cispo", "sapo"}
+    assert {o.trl for o in OBJECTIVES.values()} <= {
+        "",
+        "token",
+        "sequence",
+        "cispo",
+        "sapo",
+        "luspo",
+        "vespo",
+    }
     # an objective registered without engine names is refused by both by name, not a KeyError
     monkeypatch.setitem(OBJECTIVES, "toy", dataclasses.replace(OBJECTIVES["grpo"], trl="", verl=""))
     cfg = RLConfig(algorithm="toy", train_data=[DataSource("x.jsonl")])

@@ -597,3 +597,36 @@ def test_rollout_correction_weighs_a_bfloat16_engine_against_the_trainer(data, s
     assert 0 < row["rollout_is_zeroed"] < 0.5 and row["rollout_is_mean"] != 1.0
     with pytest.raises(Exception, match="rollout_correction: weighs the trainer's old"):
         rl_cfg(data, sft_model, tmp_path, rollout_correction="token_mask", old_logprobs="rollout")
+
+
+def test_off_policy_sequence_masking_drops_drifted_negative_sequences_in_a_step(
+    data, sft_model, tmp_path
+):
+    # threshold 0: a negative-advantage sequence whose log-probs the earlier minibatches' updates
+    # lowered at all drops out; the on-policy first minibatch has no drift and keeps every one
+    trainer_mod.run_rl(
+        rl_cfg(data, sft_model, tmp_path, algorithm="grpo", steps=1, opsm_threshold=0.0), rewards
+    )
+    row = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert 0 < row["opsm_masked_seqs"] < 0.5  # minibatch mean; positive advantages are kept
+
+
+def test_icepop_masks_the_tokens_whose_engine_weight_leaves_its_band(data, sft_model, tmp_path):
+    from gspo.config.train import RolloutConfig
+
+    # a bfloat16 engine beside the float32 trainer, a band of +-1%: some tokens drop out
+    trainer_mod.run_rl(
+        rl_cfg(
+            data,
+            sft_model,
+            tmp_path,
+            steps=1,
+            rollout=RolloutConfig(dtype="bfloat16"),
+            rollout_correction="icepop",
+            icepop_min=0.99,
+            icepop_max=1.01,
+        ),
+        rewards,
+    )
+    row = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert 0 < row["icepop_masked"] < 0.5 and row["icepop_masked"] == row["rollout_is_zeroed"]

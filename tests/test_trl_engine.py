@@ -32,7 +32,10 @@ REFUSED = {
     "agg": [
         dict(algorithm="gspo", agg="seq-mean-token-sum-norm"),
         dict(algorithm="cispo", agg="seq-mean-token-mean"),
+        dict(algorithm="luspo", agg="seq-mean-token-mean"),
+        dict(algorithm="vespo", agg="seq-mean-token-mean"),
     ],
+    "opsm_threshold": [dict(opsm_threshold=0.5, rollout=RolloutConfig(engine="vllm"))],
     "eps_low": [dict(algorithm="cispo", eps_low=0.2)],
     "micro_batch_size": [dict(agg="token-mean", micro_batch_size=8)],
     "max_tokens_per_micro_batch": [dict(agg="token-mean", max_tokens_per_micro_batch=512)],
@@ -43,6 +46,8 @@ REFUSED = {
     "rollout_correction": [dict(rollout_correction="token_truncate")],
     "rollout_correction_min": [dict(rollout_correction_min=0.5)],
     "rollout_correction_max": [dict(rollout_correction_max=2.0)],
+    "icepop_min": [dict(rollout_correction="icepop", icepop_min=0.3)],
+    "icepop_max": [dict(rollout_correction="icepop", icepop_max=3.0)],
     "routing_replay": [dict(routing_replay=True)],
     "routing_replay_source": [dict(routing_replay=True, routing_replay_source="engine")],
     "router_aux_loss_coef": [dict(router_aux_loss_coef=0.01)],
@@ -80,6 +85,7 @@ MAPPED = {
     "ckpt_every": 5,
     "seed": 3,
     "device": "cuda",
+    "opsm_threshold": 0.5,
 }
 # fields the harness itself honours around TRL (FIELDS says how), and sapo's (mapped for sapo)
 HARNESS = {
@@ -99,19 +105,41 @@ HARNESS = {
     "log_samples_every",
     "sapo_tau_pos",
     "sapo_tau_neg",
+    "vespo_k_pos",  # and vespo's (mapped for vespo)
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
     "verl",
 }  # engine: verl's settings, which RLConfig refuses with any other engine
+
+
+# the settings of objectives TRL lacks: refused with them (the objective first)
+WITH_OBJECTIVE = {
+    "dppo_is_cap": ("dppo_tv", 5.0),
+    "clip_cov_ratio": ("clip_cov", 0.01),
+    "clip_cov_lb": ("clip_cov", 0.5),
+    "clip_cov_ub": ("clip_cov", 6.0),
+    "kl_cov_ratio": ("kl_cov", 0.01),
+    "kl_cov_coef": ("kl_cov", 1.0),
+}
 
 
 def test_every_rlconfig_field_is_mapped_refused_or_honoured_by_the_harness():
     fields = {f.name for f in dataclasses.fields(RLConfig)}
     assert set(trl_engine.FIELDS) == fields
-    assert set(MAPPED) | set(REFUSED) | HARNESS == fields
+    assert set(MAPPED) | set(REFUSED) | HARNESS | set(WITH_OBJECTIVE) == fields
+    for field, (algorithm, value) in WITH_OBJECTIVE.items():
+        why = dict(trl_engine.refusals(cfg_of(algorithm=algorithm, **{field: value})))
+        assert set(why) == {"algorithm", field}, field
     base = trl_engine.grpo_args(cfg_of())
     for field, value in MAPPED.items():
         assert trl_engine.grpo_args(cfg_of(**{field: value})) != base, field
     sapo = trl_engine.grpo_args(cfg_of(algorithm="sapo"))
     assert trl_engine.grpo_args(cfg_of(algorithm="sapo", sapo_tau_neg=1.25)) != sapo
+    vespo = trl_engine.grpo_args(cfg_of(algorithm="vespo"))
+    for field in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+        changed = trl_engine.grpo_args(cfg_of(algorithm="vespo", **{field: 1.5}))
+        assert changed != vespo and changed[field] == 1.5, field
 
 
 @pytest.mark.parametrize("field", list(REFUSED))
@@ -126,7 +154,7 @@ def test_a_value_trl_cannot_honour_is_a_one_line_error_naming_the_field(field):
 
 
 def test_the_defaults_and_each_supported_objective_pass():
-    for algorithm in ("grpo", "gspo", "dr_grpo", "cispo", "sapo"):
+    for algorithm in ("grpo", "gspo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"):
         trl_engine.check(cfg_of(algorithm=algorithm))
     trl_engine.check(cfg_of(algorithm="dapo", dynamic_sampling=False, overlong_buffer=0))
     args = trl_engine.grpo_args(cfg_of(algorithm="gspo"))
@@ -147,6 +175,9 @@ def test_the_defaults_and_each_supported_objective_pass():
         (dict(algorithm="dr_grpo"), "dr_grpo", "token"),
         (dict(algorithm="cispo"), "cispo", "token"),
         (dict(algorithm="sapo"), "sapo", "token"),
+        (dict(algorithm="luspo"), "luspo", "sequence"),
+        (dict(algorithm="vespo"), "vespo", "token"),
+        (dict(opsm_threshold=0.5), "grpo", "sequence"),
         (dict(micro_batch_size=8), "grpo", "sequence"),
     ],
 )

@@ -38,6 +38,8 @@ READ = {
     "rollout_replay": "actor_rollout_ref.rollout.enable_rollout_routing_replay",
     "tp": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
     "ep": "actor_rollout_ref.actor.megatron.expert_model_parallel_size",
+    "clip_cov_ratio": "actor_rollout_ref.actor.policy_loss.clip_cov_ratio",
+    "kl_cov_coef": "actor_rollout_ref.actor.policy_loss.ppo_kl_coef",
     "scale": "actor_rollout_ref.actor.loss_scale_factor",
 }
 
@@ -218,7 +220,10 @@ def test_verl_composes_and_validates_every_algorithm_with_our_values(verl_says, 
     v = {k: got["values"][path] for k, path in READ.items()}
     assert v["loss_mode"] == verl_engine.LOSS_MODE[algorithm]
     assert (v["low"], v["high"]) == pytest.approx((cfg.eps_low, cfg.eps_high))
-    assert v["dual"] == verl_engine.DUAL_CLIP_OFF and v["agg"] == cfg.agg
+    # DPPO truncates its weight at clip_ratio_c; for the others it is the dual clip, off
+    dual = cfg.dppo_is_cap if algorithm.startswith("dppo") else verl_engine.DUAL_CLIP_OFF
+    assert v["dual"] == dual and v["agg"] == cfg.agg
+    assert (v["clip_cov_ratio"], v["kl_cov_coef"]) == (cfg.clip_cov_ratio, cfg.kl_cov_coef)
     assert v["std"] is (cfg.adv_scale == "std")
     assert (v["mini"], v["n"]) == (16 // 4, 8)
     assert v["scale"] == (256 if cfg.agg == "seq-mean-token-sum-norm" else None)
@@ -840,7 +845,24 @@ MAPPED = {
             dict(rollout_correction="token_truncate", rollout_correction_max=2.0),
         )
     ],
+    "icepop_min": [
+        (dict(rollout_correction="icepop"), dict(rollout_correction="icepop", icepop_min=0.3))
+    ],
+    "icepop_max": [
+        (dict(rollout_correction="icepop"), dict(rollout_correction="icepop", icepop_max=3.0))
+    ],
     "kl_coef": [({}, dict(kl_coef=0.1))],
+    "dppo_is_cap": [
+        (dict(algorithm="dppo_tv"), dict(algorithm="dppo_tv", dppo_is_cap=5.0)),
+        (dict(algorithm="dppo_kl"), dict(algorithm="dppo_kl", dppo_is_cap=5.0)),
+    ],
+    "clip_cov_ratio": [
+        (dict(algorithm="clip_cov"), dict(algorithm="clip_cov", clip_cov_ratio=0.01))
+    ],
+    "clip_cov_lb": [(dict(algorithm="clip_cov"), dict(algorithm="clip_cov", clip_cov_lb=0.5))],
+    "clip_cov_ub": [(dict(algorithm="clip_cov"), dict(algorithm="clip_cov", clip_cov_ub=6.0))],
+    "kl_cov_ratio": [(dict(algorithm="kl_cov"), dict(algorithm="kl_cov", kl_cov_ratio=0.01))],
+    "kl_cov_coef": [(dict(algorithm="kl_cov"), dict(algorithm="kl_cov", kl_cov_coef=1.0))],
     "temperature": [({}, dict(temperature=0.7))],
     "top_p": [({}, dict(top_p=0.9))],
     "max_new_tokens": [({}, dict(max_new_tokens=32))],
@@ -888,6 +910,14 @@ REFUSED = {
     "log_ratio_clamp": 10.0,
     "peak_flops": 1e15,
     "device": "cpu",
+    "opsm_threshold": 0.5,
+}
+# the settings of an objective verl lacks: refused with it (the objective first)
+WITH_OBJECTIVE = {
+    "vespo_k_pos": "vespo",
+    "vespo_lambda_pos": "vespo",
+    "vespo_k_neg": "vespo",
+    "vespo_lambda_neg": "vespo",
 }
 HARNESS = {
     "engine",
@@ -902,7 +932,12 @@ HARNESS = {
 
 
 def test_every_field_changes_verls_config_is_refused_or_is_the_harnesss():
-    assert set(MAPPED) | set(REFUSED) | HARNESS == set(RLConfig.__dataclass_fields__)
+    assert set(MAPPED) | set(REFUSED) | HARNESS | set(WITH_OBJECTIVE) == set(
+        RLConfig.__dataclass_fields__
+    )
+    for field, algorithm in WITH_OBJECTIVE.items():
+        why = dict(verl_engine.refusals(gpu_cfg(algorithm=algorithm, **{field: 1.5})))
+        assert set(why) == {"algorithm", field}, field
     for field, pairs in MAPPED.items():
         for before, after in pairs:
             a = verl_engine.overrides(gpu_cfg(**before), "/job")

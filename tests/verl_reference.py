@@ -22,14 +22,23 @@ import torch
 
 def loss(case: dict) -> dict:
     """verl's registered policy loss `mode` (core_algos.get_policy_loss_fn), called as its actor
-    calls it, and the gradient of the loss in the log-probs."""
+    calls it, and the gradient of the loss in the log-probs. case["policy_loss"]: the fields of
+    its PolicyLossConfig (Clip-Cov's, KL-Cov's); case["seed"]: torch's global seed just before
+    the call (Clip-Cov draws its tokens from torch's global generator)."""
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.workers.config import ActorConfig
+    from verl.workers.config.actor import PolicyLossConfig
 
     cfg = ActorConfig(
-        strategy="fsdp", rollout_n=2, ppo_micro_batch_size_per_gpu=1, **case["config"]
+        strategy="fsdp",
+        rollout_n=2,
+        ppo_micro_batch_size_per_gpu=1,
+        policy_loss=PolicyLossConfig(loss_mode=case["mode"], **case.get("policy_loss", {})),
+        **case["config"],
     )
     logp = case["logp"].clone().requires_grad_()
+    if "seed" in case:
+        torch.manual_seed(case["seed"])
     value, metrics = get_policy_loss_fn(case["mode"])(
         old_log_prob=case["old"],
         log_prob=logp,

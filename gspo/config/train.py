@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from gspo.config.fields import ConfigError as ConfigError  # the configs' error, imported with them
 from gspo.config.fields import check, option
-from gspo.core.objectives import AGGS, CORRECTIONS, DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
+from gspo.core import offpolicy
+from gspo.core.objectives import (
+    AGGS,
+    CORRECTIONS,
+    DEFAULT_LOG_RATIO_CLAMP,
+    ICEPOP_BAND,
+    OBJECTIVES,
+)
+
+OFF = offpolicy.DEFAULTS  # the off-policy objectives' parameters: their sources' defaults
 
 
 @dataclass
@@ -348,6 +357,41 @@ class RLConfig(TrainConfig):
     )
     sapo_tau_pos: float = option(1.0, "sapo only: the gate's temperature for positive advantages")
     sapo_tau_neg: float = option(1.05, "sapo only: the gate's temperature for negative advantages")
+    vespo_k_pos: float = option(OFF.vespo_k_pos, "vespo only: phi's power k for A >= 0 (TRL's)")
+    vespo_lambda_pos: float = option(
+        OFF.vespo_lambda_pos, "vespo only: phi's decay lambda for A >= 0 (TRL's)"
+    )
+    vespo_k_neg: float = option(OFF.vespo_k_neg, "vespo only: phi's power k for A < 0 (TRL's)")
+    vespo_lambda_neg: float = option(
+        OFF.vespo_lambda_neg, "vespo only: phi's decay lambda for A < 0 (TRL's)"
+    )
+    dppo_is_cap: float = option(
+        OFF.dppo_is_cap,
+        "dppo_tv / dppo_kl only: the cap of DPPO's truncated importance "
+        "weight (eps_low / eps_high are its divergence thresholds)",
+    )
+    clip_cov_ratio: float = option(
+        OFF.clip_cov_ratio, "clip_cov only: the share of tokens dropped (verl's)"
+    )
+    clip_cov_lb: float = option(
+        OFF.clip_cov_lb, "clip_cov only: lower end of the centred-product band (verl's)"
+    )
+    clip_cov_ub: float = option(
+        OFF.clip_cov_ub, "clip_cov only: upper end of the centred-product band (verl's)"
+    )
+    kl_cov_ratio: float = option(
+        OFF.kl_cov_ratio, "kl_cov only: the share of tokens penalised (verl's)"
+    )
+    kl_cov_coef: float = option(
+        OFF.kl_cov_coef, "kl_cov only: the coefficient of |log w| on them (verl's)"
+    )
+    opsm_threshold: typing.Optional[float] = option(
+        None,
+        "off-policy sequence masking over any objective (DeepSeek-V3.2; TRL's "
+        "off_policy_mask_threshold): a sequence with A < 0 whose mean log-prob drift "
+        "log pi_old - log pi_theta exceeds this drops out of the update (None: off; "
+        "DeepSeek-V3.2 and TRL suggest e.g. 0.5)",
+    )
     mask_truncated: typing.Optional[bool] = option(
         None,
         "no loss on responses cut at "
@@ -381,10 +425,19 @@ class RLConfig(TrainConfig):
         "importance weights pi_old / pi_engine on each "
         f"token's loss, for any objective: one of "
         f"{list(CORRECTIONS)} (truncate: TIS, mask: MIS; sequence: "
-        "the product of its tokens' weights)",
+        "the product of its tokens' weights; icepop: MIS per token in "
+        "[icepop_min, icepop_max])",
     )
     rollout_correction_min: float = option(0.0, "rollout_correction's lower bound")
     rollout_correction_max: float = option(3.0, "rollout_correction's upper bound (TRL's default)")
+    icepop_min: float = option(
+        ICEPOP_BAND[0],
+        "rollout_correction: icepop only: tokens whose weight pi_old / pi_engine falls below "
+        "this drop out (IcePop's a)",
+    )
+    icepop_max: float = option(
+        ICEPOP_BAND[1], "rollout_correction: icepop only: ... or rises above this (IcePop's b)"
+    )
     log_ratio_clamp: float = option(DEFAULT_LOG_RATIO_CLAMP, "clamp of the log ratio before exp()")
     kl_coef: float = option(0.0, "KL penalty to the starting model (paper: 0)")
     temperature: float = option(1.0, "sampling temperature (also applied to trainer log-probs)")
@@ -568,8 +621,8 @@ class RLConfig(TrainConfig):
             check(
                 not self.eps_low and not self.eps_high,
                 "eps_low/eps_high",
-                f"{self.algorithm} has no clip (its gate's temperatures are sapo_tau_pos / "
-                "sapo_tau_neg); leave them unset",
+                f"{self.algorithm} has no clip (sapo's gate has sapo_tau_pos / sapo_tau_neg, "
+                "vespo's weight vespo_k_* / vespo_lambda_*); leave them unset",
             )
             self.eps_low = self.eps_high = 0.0
         check(
@@ -582,6 +635,7 @@ class RLConfig(TrainConfig):
             "sapo_tau_pos/sapo_tau_neg",
             "must be > 0",
         )
+        self._offpolicy_checks()
         self.agg = obj.agg if self.agg is None else self.agg
         self.adv_scale = obj.adv_scale if self.adv_scale is None else self.adv_scale
         if self.mask_truncated is None:
@@ -611,4 +665,54 @@ class RLConfig(TrainConfig):
             0 <= self.rollout_correction_min < self.rollout_correction_max,
             "rollout_correction_min/rollout_correction_max",
             "need 0 <= min < max",
+        )
+        icepop = self.rollout_correction == "icepop"
+        check(
+            icepop or (self.icepop_min, self.icepop_max) == ICEPOP_BAND,
+            "icepop_min/icepop_max",
+            f"apply to rollout_correction: icepop only; leave them at {ICEPOP_BAND}",
+        )
+        check(
+            not icepop or (self.rollout_correction_min, self.rollout_correction_max) == (0.0, 3.0),
+            "rollout_correction_min/rollout_correction_max",
+            "icepop's band is icepop_min / icepop_max; leave these at 0.0 / 3.0",
+        )
+        check(0 <= self.icepop_min < self.icepop_max, "icepop_min/icepop_max", "need 0 <= a < b")
+
+    def correction_band(self) -> tuple[float, float]:
+        """rollout_correction's [c_min, c_max]: icepop's band, or the TIS / MIS bounds."""
+        if self.rollout_correction == "icepop":
+            return self.icepop_min, self.icepop_max
+        return self.rollout_correction_min, self.rollout_correction_max
+
+    def _offpolicy_checks(self) -> None:
+        """The off-policy objectives' own settings (gspo.core.offpolicy) and OPSM."""
+        for name in offpolicy.FIELDS:
+            value, owners = getattr(self, name), offpolicy.OWNERS[name]
+            check(
+                self.algorithm in owners or value == getattr(OFF, name),
+                name,
+                f"applies to algorithm: {' / '.join(owners)} only, not {self.algorithm}; "
+                f"leave it at {getattr(OFF, name)}",
+            )
+            if name in ("clip_cov_lb", "clip_cov_ub"):
+                continue
+            check(value >= 0, name, f"must be >= 0, got {value}")
+            check(value > 0 or name.startswith("vespo_k"), name, f"must be > 0, got {value}")
+            check(
+                value <= 1 or not name.endswith("_ratio"),
+                name,
+                f"is a share of the tokens: must be <= 1, got {value}",
+            )
+        check(self.clip_cov_lb < self.clip_cov_ub, "clip_cov_lb/clip_cov_ub", "need lb < ub")
+        check(
+            self.opsm_threshold is None or self.opsm_threshold >= 0,
+            "opsm_threshold",
+            f"must be >= 0 (or null: off), got {self.opsm_threshold}",
+        )
+        check(
+            self.algorithm != "vespo" or self.rollout_correction == "none",
+            "rollout_correction",
+            "vespo folds the engine's weights into its sequence weight (TRL) rather than "
+            "multiplying the loss; not supported here: set none",
         )

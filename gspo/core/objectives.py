@@ -16,6 +16,10 @@ positions. `mask` is 1.0 on real response tokens, 0.0 on padding. w_it = exp(log
     GMPO        A exp(mean_t clip(log w_it, -lo, hi)): the geometric mean of the token ratios,
                 clipped in log space (on the side the advantage's sign makes pessimistic)
     SAPO        f(w_it) A, f(w) = 4 / tau sigmoid(tau (w - 1)): a smooth gate in place of the clip
+    LUSPO       GSPO's with each sequence's token terms summed (agg seq-mean-token-sum)
+    VESPO, DPPO-TV, DPPO-KL, Clip-Cov, KL-Cov: the objectives built for off-policy training, in
+                gspo.core.offpolicy, with OPSM, a mask over any objective (policy_loss's
+                opsm_threshold)
 
 The loss is the objective's negation, aggregated over tokens and sequences (`policy_loss`'s
 `agg`). Conformance with TRL's and verl's own code: docs/OBJECTIVES.md.
@@ -28,6 +32,8 @@ from typing import Callable
 
 import torch
 
+from gspo.core import offpolicy
+
 AGGS = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 # exp() of a log ratio above ~88 overflows float32. Clamping the (token or sequence) log ratio to
@@ -39,13 +45,14 @@ DEFAULT_LOG_RATIO_CLAMP = 20.0
 @dataclasses.dataclass(frozen=True)
 class Hyper:
     """What a surrogate may read: the clip range and the log-ratio clamp; SAPO's temperatures
-    for positive and negative advantages."""
+    for positive and negative advantages; the off-policy objectives' parameters."""
 
     eps_low: float
     eps_high: float
     clamp: float = DEFAULT_LOG_RATIO_CLAMP
     tau_pos: float = 1.0
     tau_neg: float = 1.05
+    off: offpolicy.Params = offpolicy.DEFAULTS
 
 
 def group_advantages(
@@ -88,7 +95,7 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # Each takes the token log ratios (B, T) (zero on padding), logp (B, T), the advantages (B, T),
 # valid (B, T) bool, lengths (B,) and Hyper, and returns (objective (B, T) to maximise, clipped
 # (B, T) bool: where the clip acted on the term, the ratios for the metrics: per token, or per
-# non-empty sequence).
+# non-empty sequence; optionally a fourth, {metric: value} of its own).
 
 
 def _clip(ratio, adv, valid, hp: Hyper):
@@ -174,7 +181,7 @@ class Objective:
     eps: tuple[float, float]  # (eps_low, eps_high); GMPO's in log space
     agg: str = "seq-mean-token-mean"
     adv_scale: str = "std"
-    clipped: bool = True  # False: eps_low / eps_high do not apply (SAPO)
+    clipped: bool = True  # False: eps_low / eps_high do not apply (SAPO, VESPO, KL-Cov)
     per_token_adv: bool = True  # False: the surrogate needs one advantage per sequence
     mask_truncated: bool = False  # DAPO's overlong filtering: no loss on truncated responses
     overlong_fraction: float = 0.0  # DAPO's soft overlong punishment over this share of the
@@ -182,7 +189,8 @@ class Objective:
     dynamic_sampling: bool = False  # DAPO's: only groups whose rewards differ (gspo.native.shaping)
     # The engines' names for it ("": that engine has none, and refuses it):
     trl: str = ""  # TRL 1.16: "token" / "sequence" (its importance_sampling_level, the
-    # loss_type from `agg`) or a loss_type of its own ("cispo", "sapo")
+    # loss_type from `agg`) or a loss_type of its own ("cispo", "sapo", "vespo"; "luspo" at its
+    # sequence level)
     verl: str = ""  # verl 0.9.1: its actor.policy_loss.loss_mode
 
 
@@ -220,11 +228,39 @@ OBJECTIVES: dict[str, Objective] = {
     # GMPO: clip range (e^-0.4, e^0.4) on the token ratio (section 4)
     "gmpo": Objective(gmpo, (0.4, 0.4), verl="geo_mean"),
     "sapo": Objective(sapo, (0.0, 0.0), clipped=False, trl="sapo", verl="sapo"),
+    # LUSPO (arXiv 2602.05261): GSPO's clip range (it changes the aggregation only); verl's gspo
+    # with loss_agg_mode seq-mean-token-sum is the same loss
+    "luspo": Objective(
+        sequence_clip,
+        (3e-4, 4e-4),
+        agg="seq-mean-token-sum",
+        per_token_adv=False,
+        trl="luspo",
+        verl="gspo",
+    ),
+    # VESPO (arXiv 2602.10693): TRL's aggregation, a token mean over the batch
+    "vespo": Objective(offpolicy.vespo, (0.0, 0.0), agg="token-mean", clipped=False, trl="vespo"),
+    # DPPO (arXiv 2602.04879): eps_low / eps_high are the divergence thresholds, verl's DPPO
+    # recipe's (TV 0.15, binary KL 0.05)
+    "dppo_tv": Objective(offpolicy.dppo_tv, (0.15, 0.15), verl="dppo_tv"),
+    "dppo_kl": Objective(offpolicy.dppo_kl, (0.05, 0.05), verl="dppo_kl"),
+    # Clip-Cov: verl's default PPO clip (clip_ratio 0.2); KL-Cov has no clip
+    "clip_cov": Objective(offpolicy.clip_cov, (0.2, 0.2), verl="clip_cov"),
+    "kl_cov": Objective(offpolicy.kl_cov, (0.0, 0.0), clipped=False, verl="kl_cov"),
 }
 DEFAULT_EPS = {name: o.eps for name, o in OBJECTIVES.items()}
 
 
-CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+CORRECTIONS = (
+    "none",
+    "token_truncate",
+    "token_mask",
+    "sequence_truncate",
+    "sequence_mask",
+    "icepop",
+)
+# IcePop's band [a, b] of the token weight (Ring-1T, arXiv 2510.18855: a = 0.5, b = 5)
+ICEPOP_BAND = (0.5, 5.0)
 
 
 def rollout_correction(
@@ -240,7 +276,9 @@ def rollout_correction(
     policy a little differently from the trainer (Yao et al. 2025, "Your efficient RL framework
     secretly brings you off-policy RL training"; TRL's vllm_importance_sampling_*, verl's
     rollout_correction). Per token, or per sequence (the product of its token weights, on every
-    token); truncated to [c_min, c_max] (TIS), or set to 0 outside it (MIS)."""
+    token); truncated to [c_min, c_max] (TIS), or set to 0 outside it (MIS). "icepop" is MIS per
+    token (IcePop, arXiv 2510.18855: a token whose weight leaves [a, b] drops out of the
+    update, the others keep their weight), its band ICEPOP_BAND unless given."""
     if mode not in CORRECTIONS[1:]:
         raise ValueError(f"mode must be one of {CORRECTIONS[1:]}, got {mode!r}")
     valid = mask > 0
@@ -279,12 +317,18 @@ def policy_loss(
     is_weights: torch.Tensor | None = None,
     ref_logp: torch.Tensor | None = None,
     kl_coef: float = 0.0,
+    params: offpolicy.Params = offpolicy.DEFAULTS,
+    opsm_threshold: float | None = None,
+    sampling_logp: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of `objective` (a name in OBJECTIVES) on one batch.
 
     logp, old_logp, mask: (B, T); advantages: (B,) per sequence or (B, T) per token (not for
     GSPO). Gradient flows through `logp` only. is_weights: (B, T) rollout_correction's weights,
-    multiplying each token's loss (the KL penalty's term excepted).
+    multiplying each token's loss (the KL penalty's term excepted). params: the off-policy
+    objectives' (gspo.core.offpolicy). opsm_threshold: off-policy sequence masking over any
+    objective (offpolicy.opsm_keep; None: off), its drift against `sampling_logp` (B, T), the
+    sampling policy's log-probs (None: old_logp), on each token's loss as is_weights.
 
     agg: "seq-mean-token-mean" (mean over each sequence's tokens, then over sequences: no length
     weighting), "token-mean" (mean over all tokens of the batch: weights sequences by length),
@@ -294,8 +338,9 @@ def policy_loss(
     Returns (loss, metrics). Metrics: clip_frac_tokens (share of response tokens whose term the
     clip acted on; where the ratio is per sequence a token counts when its sequence does),
     clip_frac_seqs (sequences with such a term), ratio_mean/min/max (token ratios, or s_i /
-    GMPO's rho_i per sequence), approx_kl (k3 estimate of KL(pi_old || pi_theta) per token), and
-    kl_ref when a reference is given."""
+    GMPO's rho_i per sequence), approx_kl (k3 estimate of KL(pi_old || pi_theta) per token),
+    kl_ref when a reference is given, opsm_masked_seqs (the share of sequences OPSM dropped)
+    when it is on, and what the surrogate adds of its own."""
     _check(logp, old_logp, mask, objective, agg, norm_len)
     obj = OBJECTIVES[objective]
     if advantages.dim() == 2 and not obj.per_token_adv:
@@ -311,11 +356,16 @@ def policy_loss(
         if advantages.dim() == 1  # (B, T)
         else advantages
     ).to(logp.dtype)
-    hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
-    objective_t, is_clipped, ratios = obj.surrogate(
+    hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg, params)
+    objective_t, is_clipped, ratios, *own = obj.surrogate(
         log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp
     )
     per_token = -objective_t
+    if opsm_threshold is not None:
+        src = old_logp if sampling_logp is None else sampling_logp
+        keep = offpolicy.opsm_keep(adv, logp, src, valid, opsm_threshold)  # (B, T)
+        per_token = per_token * keep
+        own = [{**(own[0] if own else {}), "opsm_masked_seqs": _share(keep == 0, valid, "seqs")}]
     if is_weights is not None:
         per_token = per_token * is_weights
 
@@ -329,7 +379,13 @@ def policy_loss(
     loss = _aggregate(per_token, m, lengths, agg, norm_len)
     with torch.no_grad():
         metrics = _loss_metrics(is_clipped, m, log_ratio, ratios, hp.clamp, kl_ref)
-    return loss, metrics
+    return loss, {**metrics, **(own[0] if own else {})}
+
+
+def _share(dropped: torch.Tensor, valid: torch.Tensor, of: str) -> float:
+    """offpolicy.masked_share's share of `of` (tokens or seqs), without gradient."""
+    with torch.no_grad():
+        return offpolicy.masked_share(dropped, valid)[of]
 
 
 def sample_stats(
@@ -344,6 +400,7 @@ def sample_stats(
     log_ratio_clamp: float = DEFAULT_LOG_RATIO_CLAMP,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
+    params: offpolicy.Params = offpolicy.DEFAULTS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """What `objective`'s surrogate makes of each sequence, for reading samples (no gradient):
     its sequence ratio s_i = exp(mean_t log w_it) (B,), and the share of its tokens whose term
@@ -356,8 +413,8 @@ def sample_stats(
         adv = (advantages[:, None].expand(B, T) if advantages.dim() == 1 else advantages).to(
             logp.dtype
         )  # (B, T)
-        hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg)
-        _, clipped, _ = OBJECTIVES[objective].surrogate(
+        hp = Hyper(eps_low, eps_high, log_ratio_clamp, tau_pos, tau_neg, params)
+        _, clipped, *_ = OBJECTIVES[objective].surrogate(
             log_ratio, torch.where(valid, logp, 0.0), adv, valid, lengths, hp
         )
         ratio = torch.exp(_sequence_log_ratio(log_ratio, lengths, hp))  # (B,)

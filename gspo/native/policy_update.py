@@ -18,7 +18,7 @@ import math
 import torch
 
 from gspo.config.train import RLConfig
-from gspo.core import objectives
+from gspo.core import objectives, offpolicy
 from gspo.errors import TrainingError
 from gspo.infra import distributed as dist
 from gspo.model import moe
@@ -124,6 +124,7 @@ def update(
     # the optimizer's parameters: under FSDP2 the module may hold unsharded stand-ins for
     # some of them between a forward and the next reshard, which never receive gradients
     params = [p for g in lrn.opt.param_groups for p in g["params"] if p.requires_grad]
+    gen = torch.Generator().manual_seed(step_seed(cfg.seed, step, 3))  # Clip-Cov's choices
     for perm in permutations(cfg, step, N):
         for mb in perm.chunk(cfg.minibatches):
             on_policy = not per_mb and not skipped  # still on-policy: the first minibatch
@@ -131,7 +132,7 @@ def update(
                 [local_of[int(g)] for g in mb if int(g) in local_of], dtype=torch.long
             )
             loss_sum, acc = _accumulate(
-                lrn, batch, local, len(mb), old, first if on_policy else None
+                lrn, batch, local, len(mb), old, first if on_policy else None, gen
             )
             gnorm = dist.clip_grad_norm(params, cfg.grad_clip, world)
             if not _finite(loss_sum, gnorm):
@@ -159,11 +160,17 @@ def update(
 
 
 def _accumulate(
-    lrn: Learner, batch: dict, local: torch.Tensor, mb_size: int, old: OldPolicy, first: dict | None
+    lrn: Learner,
+    batch: dict,
+    local: torch.Tensor,
+    mb_size: int,
+    old: OldPolicy,
+    first: dict | None,
+    gen: torch.Generator | None = None,
 ) -> tuple[float, dict]:
     """Gradients of one minibatch (this rank's rows `local` of its `mb_size` sequences),
     micro-batch by micro-batch; (the minibatch's loss, {metric: (weighted sum or extreme)})
-    reduced over the ranks."""
+    reduced over the ranks. `gen`: the step's generator for the objective's random choices."""
     cfg, world = lrn.cfg, lrn.world
     lrn.opt.zero_grad(set_to_none=True)
     micros = micro_batches(
@@ -185,7 +192,7 @@ def _accumulate(
         sub = {k: v[idx] for k, v in batch.items()}
         if not lrn.is_moe:  # padding costs arithmetic (MoE replays full-width routing)
             sub = trim_padding(sub)
-        loss, m = _micro_loss(lrn, sub, idx, old, first if real else None)
+        loss, m = _micro_loss(lrn, sub, idx, old, first if real else None, gen)
         # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
         w = (
             (
@@ -205,6 +212,12 @@ def _accumulate(
     return loss_sum, step_metrics.reduce_over_ranks(step_metrics.combine_micro(acc), world)
 
 
+def params(cfg: RLConfig, generator: torch.Generator | None = None) -> offpolicy.Params:
+    """The off-policy objectives' parameters, RLConfig's fields of the same names; Clip-Cov's
+    random choices from `generator` (the step's, so that a run's choices are its seed's)."""
+    return offpolicy.Params(**{f: getattr(cfg, f) for f in offpolicy.FIELDS}, generator=generator)
+
+
 def _replayed(lrn: Learner, old: OldPolicy, idx: torch.Tensor) -> moe.Routing | None:
     """The old routing of rows `idx`, to replay (routing_replay), else None."""
     if not lrn.cfg.routing_replay:
@@ -214,7 +227,12 @@ def _replayed(lrn: Learner, old: OldPolicy, idx: torch.Tensor) -> moe.Routing | 
 
 
 def _micro_loss(
-    lrn: Learner, sub: dict, idx: torch.Tensor, old: OldPolicy, first: dict | None
+    lrn: Learner,
+    sub: dict,
+    idx: torch.Tensor,
+    old: OldPolicy,
+    first: dict | None,
+    gen: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """The policy loss of one micro-batch (rows `idx` of the rank's batch); `first` collects
     the on-policy minibatch's view."""
@@ -272,6 +290,8 @@ def _micro_loss(
         ref_logp=ref_logp,
         kl_coef=cfg.kl_coef,
         is_weights=None if old.is_weights is None else old.is_weights[idx][:, : logp.shape[1]],
+        params=params(cfg, gen),
+        opsm_threshold=cfg.opsm_threshold,
     )
     if old.samples is not None:  # what the update made of each sample, to read
         ratio, clip = objectives.sample_stats(
@@ -285,6 +305,7 @@ def _micro_loss(
             log_ratio_clamp=cfg.log_ratio_clamp,
             tau_pos=cfg.sapo_tau_pos,
             tau_neg=cfg.sapo_tau_neg,
+            params=params(cfg, torch.Generator().manual_seed(0)),  # not the step's draws
         )
         old.samples[idx.to(old.samples.device)] = torch.stack([ratio, clip], 1).to(old.samples)
     if lrn.is_moe and cfg.router_aux_loss_coef > 0:  # load-balancing loss

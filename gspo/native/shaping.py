@@ -55,8 +55,7 @@ def shape(
             engine_logp,
             train["target_mask"],
             cfg.rollout_correction,
-            cfg.rollout_correction_min,
-            cfg.rollout_correction_max,
+            *cfg.correction_band(),
         )
         valid = train["target_mask"] > 0
         sums = dist.all_reduce(
@@ -64,6 +63,8 @@ def shape(
         )
         rec["rollout_is_mean"] = (sums[0] / sums[2].clamp(min=1)).item()
         rec["rollout_is_zeroed"] = (sums[1] / sums[2].clamp(min=1)).item()
+        if cfg.rollout_correction == "icepop":  # the tokens IcePop masked, by that name
+            rec["icepop_masked"] = rec["rollout_is_zeroed"]
     return Shaped(train, adv.to(mask.device), w, rec)
 
 

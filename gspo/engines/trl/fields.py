@@ -35,11 +35,24 @@ FIELDS: dict[str, str] = {
     "grad_clip": "`max_grad_norm`",
     "eps_low": "`epsilon` (cispo: refused below 1, TRL's CISPO has no lower bound)",
     "eps_high": "`epsilon_high` (cispo: 1 + eps_high, TRL's bound is the weight's cap)",
-    "agg": "`loss_type`: seq-mean-token-mean: grpo, token-mean: bnpo (cispo: its own, over the "
-    "rollout batch's mean minibatch), seq-mean-token-sum-norm: dr_grpo (token level)",
+    "agg": "`loss_type`: seq-mean-token-mean: grpo, token-mean: bnpo (cispo, vespo: their own, "
+    "over the rollout batch's mean minibatch; luspo: its own seq-mean-token-sum; any other "
+    "refused for these), seq-mean-token-sum-norm: dr_grpo (token level)",
     "adv_scale": "`scale_rewards`: std: group, none: none",
     "sapo_tau_pos": "`sapo_temperature_pos`",
     "sapo_tau_neg": "`sapo_temperature_neg`",
+    "vespo_k_pos": "`vespo_k_pos`",
+    "vespo_lambda_pos": "`vespo_lambda_pos`",
+    "vespo_k_neg": "`vespo_k_neg`",
+    "vespo_lambda_neg": "`vespo_lambda_neg`",
+    "dppo_is_cap": "refused unless at its default (TRL has no DPPO)",
+    "clip_cov_ratio": "refused unless at its default (TRL has no Clip-Cov)",
+    "clip_cov_lb": "refused unless at its default",
+    "clip_cov_ub": "refused unless at its default",
+    "kl_cov_ratio": "refused unless at its default (TRL has no KL-Cov)",
+    "kl_cov_coef": "refused unless at its default",
+    "opsm_threshold": "`off_policy_mask_threshold`; refused with rollout engine vllm (TRL's drift "
+    "is then against the engine's log-probs, ours against the old ones)",
     "mask_truncated": "`mask_truncated_completions`",
     "overlong_buffer": "refused unless 0 (dapo: set 0)",
     "dynamic_sampling": "refused unless false (dapo: set false)",
@@ -47,6 +60,8 @@ FIELDS: dict[str, str] = {
     "rollout_correction": "refused unless none (TRL corrects vLLM rollouts only)",
     "rollout_correction_min": "refused unless at its default",
     "rollout_correction_max": "refused unless at its default",
+    "icepop_min": "refused unless at its default",
+    "icepop_max": "refused unless at its default",
     "log_ratio_clamp": "refused unless at its default; TRL does not clamp (equal while every "
     "|log ratio| is below it)",
     "kl_coef": "`beta` (k3 estimate, `use_bias_correction_kl=False`)",

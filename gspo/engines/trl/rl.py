@@ -35,6 +35,7 @@ import torch
 
 from gspo.config.fields import ConfigError, Refusals, to_dict
 from gspo.config.train import RLConfig, RolloutConfig
+from gspo.core import offpolicy
 from gspo.core.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 from gspo.engines.trl import batch as trl_batch
 from gspo.engines.trl import fsdp as trl_fsdp
@@ -70,9 +71,11 @@ LOSS_TYPE = {
     "seq-mean-token-sum-norm": "dr_grpo",
 }
 # the objectives TRL has (gspo.core.objectives.Objective.trl), and those at its sequence level, whose
-# clip fraction TRL counts in sequences (clip_frac_seqs)
+# clip fraction TRL counts in sequences (clip_frac_seqs): luspo is a loss_type of that level
 TRL_OBJECTIVES = tuple(name for name, o in OBJECTIVES.items() if o.trl)
-SEQUENCE_LEVEL = tuple(name for name, o in OBJECTIVES.items() if o.trl == "sequence")
+SEQUENCE_LEVEL = tuple(name for name, o in OBJECTIVES.items() if o.trl in ("sequence", "luspo"))
+# the aggregation TRL's own loss types have (any other refused)
+OWN_AGG = {"cispo": "token-mean", "vespo": "token-mean", "luspo": "seq-mean-token-sum"}
 ENGINE = "engine: trl"
 
 
@@ -89,8 +92,10 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         f"{cfg.algorithm!r}: TRL has no such objective (gspo_token: no GSPO-token level; "
         f"gmpo: no geometric mean); use one of {', '.join(TRL_OBJECTIVES)}",
     )
+    if cfg.algorithm in OWN_AGG:
+        agg = OWN_AGG[cfg.algorithm]
+        need(cfg.agg == agg, "agg", f"TRL's {cfg.algorithm} aggregates one way only: {agg}")
     if cfg.algorithm == "cispo":
-        need(cfg.agg == "token-mean", "agg", "TRL's cispo aggregates by tokens only: token-mean")
         need(cfg.eps_low >= 1.0, "eps_low", "TRL's CISPO has no lower bound: set 1.0")
     elif cfg.algorithm in ("gspo", "sapo"):
         need(
@@ -114,6 +119,8 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "rollout_correction",
         "rollout_correction_min",
         "rollout_correction_max",
+        "icepop_min",
+        "icepop_max",
         "routing_replay",
         "routing_replay_source",
         "router_aux_loss_coef",
@@ -127,6 +134,18 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         cfg.log_ratio_clamp == DEFAULT_LOG_RATIO_CLAMP,
         "log_ratio_clamp",
         "TRL does not clamp the log ratio; leave it at its default",
+    )
+    for field in offpolicy.FIELDS:  # the settings of objectives TRL lacks (refused with them)
+        need(
+            field.startswith("vespo") or d[field] == base[field],
+            field,
+            f"TRL has no {' / '.join(offpolicy.OWNERS[field])}; leave it at {base[field]}",
+        )
+    need(
+        cfg.opsm_threshold is None or cfg.rollout.engine == "torch",
+        "opsm_threshold",
+        "TRL measures the drift against the engine's log-probs when rollout_func gives them, "
+        "ours against the old ones: use rollout.engine torch or leave it unset",
     )
     need(
         cfg.old_logprobs == "recompute",
@@ -188,6 +207,8 @@ def grpo_args(cfg: RLConfig, world_size: int = 1, prompt_len: int = 0) -> dict:
         epsilon_high=eps_high,
         sapo_temperature_pos=cfg.sapo_tau_pos,
         sapo_temperature_neg=cfg.sapo_tau_neg,
+        **{f: getattr(cfg, f) for f in offpolicy.FIELDS if f.startswith("vespo")},
+        off_policy_mask_threshold=cfg.opsm_threshold,
         scale_rewards="group" if cfg.adv_scale == "std" else "none",
         mask_truncated_completions=bool(cfg.mask_truncated),
         beta=cfg.kl_coef,

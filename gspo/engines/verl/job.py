@@ -28,6 +28,7 @@ import shutil
 
 from gspo.config.fields import ConfigError, Refusals, to_dict
 from gspo.config.train import RLConfig
+from gspo.core import offpolicy
 from gspo.core.objectives import DEFAULT_LOG_RATIO_CLAMP, OBJECTIVES
 from gspo.infra import checkpoint as ckpt
 from gspo.io import write_json
@@ -41,6 +42,7 @@ CORRECTION = {
     "token_mask": "token",
     "sequence_truncate": "sequence",
     "sequence_mask": "sequence",
+    "icepop": "token",  # verl's token mask, "lower_upper": IcePop
 }
 BETAS = (0.9, 0.99)  # Adam's, as the native trainer's
 JOB = "verl"  # out_dir/verl: the parquet, the overrides, verl's checkpoints and logs
@@ -79,20 +81,35 @@ FIELDS: dict[str, str] = {
     "warmup_steps": "`actor.optim.lr_warmup_steps` (verl steps its schedule once per rollout step)",
     "weight_decay": "`actor.optim.weight_decay`",
     "grad_clip": "`actor.optim.clip_grad`",
-    "eps_low": "`actor.clip_ratio_low`; verl's dual clip off (`clip_ratio_c` 1e9)",
+    "eps_low": "`actor.clip_ratio_low` (dppo_tv / dppo_kl: the divergence threshold); verl's "
+    "dual clip off (`clip_ratio_c` 1e9) but for DPPO's cap (dppo_is_cap)",
     "eps_high": "`actor.clip_ratio_high`",
     "agg": "`actor.loss_agg_mode` (seq-mean-token-sum-norm: `loss_scale_factor` = max_new_tokens)",
     "adv_scale": "`algorithm.norm_adv_by_std_in_grpo`",
     "sapo_tau_pos": "`actor.tau_pos`",
     "sapo_tau_neg": "`actor.tau_neg`",
+    "vespo_k_pos": "refused unless at its default (verl has no VESPO)",
+    "vespo_lambda_pos": "refused unless at its default",
+    "vespo_k_neg": "refused unless at its default",
+    "vespo_lambda_neg": "refused unless at its default",
+    "dppo_is_cap": "dppo_tv / dppo_kl: `actor.clip_ratio_c` (verl's cap of DPPO's truncated "
+    "weight); the others keep the dual clip off",
+    "clip_cov_ratio": "`actor.policy_loss.clip_cov_ratio`",
+    "clip_cov_lb": "`actor.policy_loss.clip_cov_lb`",
+    "clip_cov_ub": "`actor.policy_loss.clip_cov_ub`",
+    "kl_cov_ratio": "`actor.policy_loss.kl_cov_ratio`",
+    "kl_cov_coef": "`actor.policy_loss.ppo_kl_coef`",
+    "opsm_threshold": "refused unless null (verl has no off-policy sequence masking)",
     "mask_truncated": "refused unless false",
     "overlong_buffer": "refused unless 0 (dapo: set 0)",
     "dynamic_sampling": "refused unless false (dapo: set false)",
     "dynamic_sampling_max_rounds": "refused unless at its default",
     "rollout_correction": "`algorithm.rollout_correction.rollout_is` token / sequence, "
-    "`rollout_is_threshold` (truncate: max; mask: min_max)",
+    "`rollout_is_threshold` (truncate: max; mask: min_max; icepop: token, min_max)",
     "rollout_correction_min": "mask modes: the threshold's lower end; truncate: refused unless 0",
     "rollout_correction_max": "the threshold's upper end",
+    "icepop_min": "icepop: the token threshold's lower end (`rollout_is=token`, min_max)",
+    "icepop_max": "icepop: the token threshold's upper end",
     "log_ratio_clamp": "refused unless at its default (20: verl's vanilla clamp; its GSPO clamps "
     "at 10, equal while every |log ratio| is below it)",
     "kl_coef": "`actor.use_kl_loss`, `kl_loss_coef`, `kl_loss_type=low_var_kl` (k3, which verl "
@@ -150,6 +167,7 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "dynamic_sampling_max_rounds",
         "mask_truncated",
         "peak_flops",
+        *(f for f in offpolicy.FIELDS if f.startswith("vespo")),
     ):
         need(
             d[field] in (base[field], 0, False),
@@ -160,6 +178,11 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         cfg.log_ratio_clamp == DEFAULT_LOG_RATIO_CLAMP,
         "log_ratio_clamp",
         f"verl's clamps are fixed; leave it at {DEFAULT_LOG_RATIO_CLAMP}",
+    )
+    need(
+        cfg.opsm_threshold is None,
+        "opsm_threshold",
+        "verl has no off-policy sequence masking: leave it unset",
     )
     need(
         cfg.precision == "bfloat16",
@@ -180,7 +203,7 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "verl samples with its vLLM servers: set rollout.engine: vllm",
     )
     need(
-        cfg.rollout_correction in ("none", "token_mask", "sequence_mask")
+        cfg.rollout_correction in ("none", "token_mask", "sequence_mask", "icepop")
         or cfg.rollout_correction_min == 0.0,
         "rollout_correction_min",
         "verl's truncation has no lower bound: set 0",
@@ -254,7 +277,15 @@ def overrides(
         f"{a}.policy_loss.loss_mode": LOSS_MODE[cfg.algorithm],
         f"{a}.clip_ratio_low": cfg.eps_low,
         f"{a}.clip_ratio_high": cfg.eps_high,
-        f"{a}.clip_ratio_c": DUAL_CLIP_OFF,
+        # verl's DPPO truncates its weight at clip_ratio_c; the others' dual clip stays off
+        f"{a}.clip_ratio_c": cfg.dppo_is_cap
+        if LOSS_MODE[cfg.algorithm].startswith("dppo")
+        else DUAL_CLIP_OFF,
+        f"{a}.policy_loss.clip_cov_ratio": cfg.clip_cov_ratio,
+        f"{a}.policy_loss.clip_cov_lb": cfg.clip_cov_lb,
+        f"{a}.policy_loss.clip_cov_ub": cfg.clip_cov_ub,
+        f"{a}.policy_loss.kl_cov_ratio": cfg.kl_cov_ratio,
+        f"{a}.policy_loss.ppo_kl_coef": cfg.kl_cov_coef,
         f"{a}.tau_pos": cfg.sapo_tau_pos,
         f"{a}.tau_neg": cfg.sapo_tau_neg,
         f"{a}.loss_agg_mode": cfg.agg,
@@ -322,10 +353,10 @@ def _conditional(cfg: RLConfig) -> dict:
     if cfg.rollout.max_model_len:
         o[f"{r}.max_model_len"] = cfg.rollout.max_model_len
     if cfg.rollout_correction != "none":
-        lo, hi = cfg.rollout_correction_min, cfg.rollout_correction_max
+        lo, hi = cfg.correction_band()
         o["algorithm.rollout_correction.rollout_is"] = CORRECTION[cfg.rollout_correction]
         o["algorithm.rollout_correction.rollout_is_threshold"] = (
-            f"{lo}_{hi}" if cfg.rollout_correction.endswith("mask") else hi
+            hi if cfg.rollout_correction.endswith("truncate") else f"{lo}_{hi}"
         )
     if cfg.old_logprobs == "rollout":
         o["algorithm.rollout_correction.bypass_mode"] = True
