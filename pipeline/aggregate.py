@@ -57,6 +57,10 @@ TRAIN_KEYS = (
     "logprob_gap_token_mean",
     "logprob_gap_token_max",
     "logprob_gap_seq_mean",
+    # staleness (issue 45, gspo.native.staleness): the lag and the policy drift it makes
+    "staleness",
+    "behaviour_log_ratio_std",
+    "behaviour_log_ratio_max",
     # MoE models (gspo.model.moe)
     "moe/volatility",
     "moe/load_entropy",

@@ -826,6 +826,8 @@ def test_the_claims_come_first_on_the_page_and_in_summary_json_with_links(tmp_pa
         "stability",
         "moe",
         "engine",
+        "onpolicy",  # the GSPO follow-up's (pipeline.report.offpolicy): not measured here
+        "offpolicy_clip",
     ]
     rows = {c["key"]: c for c in head["claims"]}
     assert rows["moe"]["link"] == "../../moe/report/index.html" and "link" not in rows["engine"]

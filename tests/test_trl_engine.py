@@ -53,6 +53,7 @@ REFUSED = {
     "router_aux_loss_coef": [dict(router_aux_loss_coef=0.01)],
     "log_ratio_clamp": [dict(log_ratio_clamp=10.0)],
     "old_logprobs": [dict(old_logprobs="rollout")],
+    "staleness": [dict(staleness=1)],
     "rollout": [
         dict(rollout=RolloutConfig(dtype="bfloat16")),
         dict(rollout=RolloutConfig(max_model_len=256)),

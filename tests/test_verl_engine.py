@@ -187,6 +187,7 @@ def test_the_docs_table_is_the_codes_mapping():
         (dict(logprob_chunk=1024), "logprob_chunk"),
         (dict(log_ratio_clamp=10.0), "log_ratio_clamp"),
         (dict(peak_flops=989e12), "peak_flops"),
+        (dict(staleness=2), "staleness"),
         (
             dict(rollout_correction="token_truncate", rollout_correction_min=0.5),
             "rollout_correction_min",
@@ -909,6 +910,7 @@ REFUSED = {
     "mask_truncated": True,
     "log_ratio_clamp": 10.0,
     "peak_flops": 1e15,
+    "staleness": 1,
     "device": "cpu",
     "opsm_threshold": 0.5,
 }

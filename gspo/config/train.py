@@ -451,6 +451,13 @@ class RLConfig(TrainConfig):
         "which its forward gives before any update) or 'rollout' (the "
         "engine's own sampled log-probs; skips that pass)",
     )
+    staleness: int = option(
+        0,
+        "off-policy lag (issue 45): step t's rollouts and old log-probs come from the policy "
+        "before step max(0, t - staleness)'s update, as an asynchronous trainer's engine "
+        "syncs its weights that many steps late, while the update moves the current policy "
+        "(gspo.native.staleness). 0: on-policy rollouts, as before",
+    )
     routing_replay: bool = option(
         False,
         "MoE only (Routing Replay): when computing the current "
@@ -571,6 +578,11 @@ class RLConfig(TrainConfig):
             "old_logprobs",
             "'rollout' needs top_p: 1.0 (with a nucleus the engine's log-probs are of the "
             "truncated distribution, not the policy's)",
+        )
+        check(
+            self.staleness >= 0,
+            "staleness",
+            f"must be >= 0 (0: on-policy rollouts), got {self.staleness}",
         )
         check(
             self.routing_replay_source in ("trainer", "engine"),

@@ -268,6 +268,7 @@ def save_rl_checkpoint(
     state: dict,
     meta: dict,
     precision: str = "float32",
+    extra: dict | None = None,
 ) -> pathlib.Path:
     """An RL checkpoint `step_XXXXXX/`: the model as Hugging Face files in its compute precision
     (save_model_files; full tensors, sharded gathered on rank 0 in CPU memory: what evaluation
@@ -276,7 +277,8 @@ def save_rl_checkpoint(
     of it, and it loads into any number of ranks), and the trainer's `state`, written last by
     rank 0: the completion marker. Everything goes into one temp folder that rank 0 renames into
     place, so a checkpoint is complete or absent (a killed run's temp folder is pruned). A stop
-    signal arriving meanwhile takes effect once it is written (signals_deferred)."""
+    signal arriving meanwhile takes effect once it is written (signals_deferred). `extra`: more
+    sharded state for the Distributed Checkpoint (gspo.native.staleness's kept policies)."""
     with signals_deferred():
         return _save_rl_checkpoint(
             ckpt_root,
@@ -288,10 +290,13 @@ def save_rl_checkpoint(
             {**state, "masters": precision != "float32"},
             meta,
             precision,
+            extra or {},
         )
 
 
-def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, meta, precision):
+def _save_rl_checkpoint(
+    ckpt_root, step, policy, tokenizer, opt, world, state, meta, precision, extra
+):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
@@ -309,7 +314,7 @@ def _save_rl_checkpoint(ckpt_root, step, policy, tokenizer, opt, world, state, m
     with _single_process_is_meant():
         masters = {"model": get_model_state_dict(policy)} if state["masters"] else {}
         dcp.save(
-            {"optimizer": get_optimizer_state_dict(policy, opt), **masters},
+            {"optimizer": get_optimizer_state_dict(policy, opt), **masters, **extra},
             checkpoint_id=tmp / OPTIM,
             no_dist=not world.distributed,
         )

@@ -52,6 +52,9 @@ class OldPolicy:
     # (B, 2) on a step whose samples are logged (gspo.tracking.samples): each row's sequence ratio and
     # clipped-token share, written at each of its updates (the last one stays), else None
     samples: torch.Tensor | None = None
+    # whether the old policy is the one being updated (False under staleness, whose behaviour
+    # policy is older: no update forward gives its log-probs, no minibatch is on-policy)
+    fresh: bool = True
 
 
 @dataclasses.dataclass
@@ -145,7 +148,7 @@ def update(
             rec = acc
             rec["loss"] = loss_sum
             rec["grad_norm"] = float(gnorm)
-            if on_policy:
+            if on_policy and old.fresh:
                 # On-policy: with recomputed old log-probs every ratio is exactly 1 here, so
                 # whatever this minibatch clips comes from the engine/trainer mismatch alone.
                 first["clip_frac_onpolicy"] = rec.get("clip_frac_tokens", 0.0)
@@ -266,7 +269,7 @@ def _micro_loss(
     # Before the step's first optimizer step the policy is the old policy: its own log-probs
     # are the recomputed old ones (ratio exactly 1), kept for the later epochs and metrics;
     # the old-log-prob pass skips these rows (gspo.native.trainer).
-    if first is not None and cfg.old_logprobs == "recompute":
+    if first is not None and cfg.old_logprobs == "recompute" and old.fresh:
         old.logp[idx.to(old.logp.device), : logp.shape[1]] = logp.detach()
     old_logp = old.logp[idx][:, : logp.shape[1]]
     ref_logp = None

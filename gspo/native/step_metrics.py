@@ -128,6 +128,38 @@ def gap_metrics(engine_logp, old_logp, entropy, mask, first, world) -> dict:
     }
 
 
+def behaviour_spread(old_logp, mask, first: dict, rows: torch.Tensor, world) -> dict:
+    """How far the policy being updated sits from the behaviour policy (the one that sampled:
+    staleness k steps older, gspo.native.staleness): the mean, standard deviation and largest
+    |.| of the sequence log-ratio mean_t log pi(y_t) / pi_b(y_t) over the step's first
+    minibatch, before its update (`first`: its rows of this rank, their log-probs (b, T);
+    `old_logp` (B, T): the behaviour policy's, which its update left as they were unless it
+    was on-policy, ratio 1). `rows`: this rank's rows' global indices; each rank writes its
+    sequences at theirs and a sum gathers them, so the numbers are one process's whatever the
+    world size. 0 on-policy with recomputed old log-probs; the engine/trainer gap with
+    old_logprobs: rollout."""
+    from gspo.infra import distributed as dist
+
+    N = int(dist.all_reduce(torch.tensor(len(rows)), world))
+    vals = torch.zeros(N, dtype=torch.float64)  # (N,) each sequence's log-ratio, 0 elsewhere
+    have = torch.zeros(N, dtype=torch.float64)  # (N,) 1 where a first-minibatch row sits
+    if "idx" in first:
+        idx = first["idx"]
+        m = mask[idx]  # (b, T)
+        seq = ((first["logp"] - old_logp[idx]) * m).sum(1) / m.sum(1).clamp(min=1)  # (b,)
+        vals[rows[idx.cpu()]] = seq.double().cpu()
+        have[rows[idx.cpu()]] = 1.0
+    vals, have = dist.all_reduce(vals, world), dist.all_reduce(have, world)
+    seq = vals[have > 0]
+    if not len(seq):  # no first minibatch anywhere (a guard: every step has one)
+        return {}
+    return {
+        "behaviour_log_ratio_mean": seq.mean().item(),
+        "behaviour_log_ratio_std": seq.std(correction=0).item(),
+        "behaviour_log_ratio_max": seq.abs().max().item(),
+    }
+
+
 def old_or_first(routing, first: dict):
     """(MoE routing, its batch rows): the old-log-prob pass's over all rows, or in 'rollout'
     mode (no such pass) the on-policy first minibatch's own routing over its rows."""

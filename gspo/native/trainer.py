@@ -32,7 +32,7 @@ from gspo.model import moe, tokens
 from gspo.model.flops import FlopCounter
 from gspo.model.logprobs import sequence_logprobs
 from gspo.model.models import enable_activation_checkpointing
-from gspo.native import policy_update, shaping, step_metrics
+from gspo.native import policy_update, shaping, staleness, step_metrics
 from gspo.native.data import Mix, micro_batched, micro_batches, pad_batch, prompt_seed
 from gspo.rollout import make_engine
 from gspo.tracking import samples
@@ -97,9 +97,15 @@ class Trainer:
             ckpt.load_training_state(self.policy, self.opt, resume_from, st)
             self.start_step = st["step"]
             self.state = st["counters"]
-        self.engine = self._make_engine(src)
-        if st.get("masters") and cfg.rollout.engine != "torch":  # it read the bf16 files
-            self._sync_engine()
+        # staleness k: the policy versions the next steps sample from (gspo.native.staleness)
+        self.lag = staleness.Lag(cfg.staleness, self.policy)
+        if resume_from is not None:
+            self.lag.load(resume_from / ckpt.OPTIM, st.get("behaviour_versions"), self.start_step)
+        self.engine = self._make_engine(src)  # it holds the live weights
+        if self.lag.stale(self.start_step) or (
+            st.get("masters") and cfg.rollout.engine != "torch"  # it read the bf16 files
+        ):
+            self._sync_late(self.start_step)
         self.ref = None  # sharded like the policy: its forwards pair up across ranks too
         if cfg.kl_coef:
             self.ref, _ = dist.load_sharded(cfg.model, world, cfg.device, cfg.precision)
@@ -171,6 +177,12 @@ class Trainer:
             self.engine.update_weights(sd, world=self.world)
         else:
             self.engine.update_weights(dist.full_state_dict(self.policy, self.world, dtype=dtype))
+
+    def _sync_late(self, step: int) -> None:
+        """The engine gets the weights step `step` samples from: the live ones, or with
+        staleness k those of version step - k, kept since (gspo.native.staleness)."""
+        with self.lag.weights(self.lag.version(step), live=step):
+            self._sync_engine()
 
     def lr_at(self, step: int) -> float:
         w = self.cfg.warmup_steps
@@ -304,7 +316,12 @@ class Trainer:
             else None
         )
         old = policy_update.OldPolicy(
-            old_logp, adv, self.old_routing, self.is_weights, self.sample_stats
+            old_logp,
+            adv,
+            self.old_routing,
+            self.is_weights,
+            self.sample_stats,
+            fresh=not self.lag.stale(step),
         )
         upd, skipped, first = policy_update.update(lrn, batch, old, step, rows, self.nonfinite)
         self.state["nonfinite_skips"] += skipped
@@ -367,8 +384,10 @@ class Trainer:
         n_local = batch["input_ids"].shape[0]
         rows = torch.arange(self.world.rank * n_local, (self.world.rank + 1) * n_local)
         pass_rows = self._pass_rows(step, rows)
-        if cfg.old_logprobs == "recompute":
-            old_logp, entropy = self.old_logprobs(batch, pass_rows)
+        self.lag.keep(step)
+        if cfg.old_logprobs == "recompute":  # the behaviour policy's (staleness: an older one)
+            with self.lag.weights(self.lag.version(step), live=step):
+                old_logp, entropy = self.old_logprobs(batch, pass_rows)
         else:
             old_logp, entropy = engine_logp, None
             if self._replays_engine:
@@ -383,12 +402,14 @@ class Trainer:
             self.world,
         )
         self.is_weights = sh.is_weights
+        self.lag.forget(self.lag.version(step + 1))  # this step's behaviour policy is read
         t2 = time.perf_counter()
         upd, skipped, first = self.update(sh.train, old_logp, sh.advantages, step, rows=rows)
         self._log_samples(step + 1, prompts, comps, rewards, sh.advantages)
         if pass_rows is not None and "idx" in first:  # the rows the pass left to the update
             entropy[first["idx"]] = first["entropy"]
-        self._sync_engine()
+        lag = step_metrics.behaviour_spread(old_logp, mask, first, rows, self.world)
+        self._sync_late(step + 1)
         t3 = time.perf_counter()
         moe_rec = self._moe_record(batch, first)
         t4 = time.perf_counter()
@@ -418,6 +439,8 @@ class Trainer:
             "response_length": resp_len.mean().item(),
             "lr": self.lr_at(step),
             "skipped_updates": skipped,
+            "staleness": step - self.lag.version(step),
+            **lag,
             **step_metrics.gap_metrics(engine_logp, old_logp, entropy, mask, first, self.world),
             "time_rollout_s": t1 - t0,
             "time_old_logprob_s": t2 - t1,
@@ -475,7 +498,12 @@ class Trainer:
         (gspo.native.policy_update.on_policy_rows); all where something needs every row's before the
         update: the rollout correction's weights, an MoE run's routing records."""
         cfg = self.cfg
-        if self.is_moe or cfg.rollout_correction != "none" or cfg.old_logprobs != "recompute":
+        if (
+            self.is_moe
+            or cfg.rollout_correction != "none"
+            or cfg.old_logprobs != "recompute"
+            or self.lag.stale(step)  # no row's update forward is the behaviour policy's
+        ):
             return None
         first = set(policy_update.on_policy_rows(cfg, step, len(rows) * self.world.size).tolist())
         return torch.tensor(
@@ -514,9 +542,15 @@ class Trainer:
             self.tok,
             self.opt,
             self.world,
-            {"step": step, "counters": dict(self.state), "world_size": self.world.size},
+            {
+                "step": step,
+                "counters": dict(self.state),
+                "world_size": self.world.size,
+                "behaviour_versions": self.lag.versions(),
+            },
             meta={"stage": "rl", "compute_flops": self.state["compute_flops"]},
             precision=self.cfg.precision,
+            extra=self.lag.state(),
         )
         if self.world.main:
             ckpt.prune_checkpoints(self.ckpt_root, self.cfg.keep_last, self.cfg.keep_steps)

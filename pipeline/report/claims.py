@@ -339,7 +339,9 @@ def claims(report) -> list[dict]:
         else _row("compute", "-", "not measured here", "needs the variants gspo and grpo"),
     ]
     out += [stability(report.stability), moe(report), engine(report, rows_of)]
-    return out
+    from pipeline.report import offpolicy  # the follow-up's (f), (g): staleness
+
+    return out + offpolicy.claim_rows(report)
 
 
 def link_related(rows: list[dict], out) -> None:

@@ -257,6 +257,10 @@ def draw(report, out: pathlib.Path):
     fig_clip(report, out / "clip_fraction.png")
     if report.moe:
         fig_moe(report, out / "moe.png")
+    if report.offpolicy:  # score and stability against staleness (issue 45)
+        from pipeline.report import offpolicy
+
+        offpolicy.figure(report, out / "offpolicy.png", _plt())
     if report.selection_rows:  # the fair protocol's score against learning rate
         from pipeline.report import selection
 

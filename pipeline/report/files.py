@@ -7,7 +7,7 @@ import csv
 import io
 import pathlib
 
-from pipeline.report import html, tables
+from pipeline.report import html, offpolicy, tables
 from pipeline.report.curves import CURVE_COLS
 from pipeline.report.model import (
     FIT_COLS,
@@ -110,6 +110,7 @@ def write_tables(report: Report, out: pathlib.Path) -> None:
 
 def write(report: Report, out: pathlib.Path) -> dict:
     """final_scores.csv (and .md, .tex), claims.md / .tex, stability.csv, variants.csv, moe.csv,
+    offpolicy.csv (pipeline.report.offpolicy),
     scaling_fits.csv, curve.csv, summary.json, side_by_side.json and index.html into `out`;
     returns the headline (summary.json's content)."""
     from gspo.io import atomic_write_text, write_json
@@ -119,6 +120,7 @@ def write(report: Report, out: pathlib.Path) -> dict:
     write_csv(out / "stability.csv", report.stability, STABILITY_COLS)
     write_csv(out / "variants.csv", report.comparisons, VARIANT_COLS)
     write_csv(out / "moe.csv", report.moe["rows"] if report.moe else [], MOE_COLS)
+    write_csv(out / "offpolicy.csv", report.offpolicy, offpolicy.COLS)  # header only: none
     write_csv(out / "scaling_fits.csv", report.fits, FIT_COLS)
     write_csv(out / "curve.csv", report.curve, CURVE_COLS)
     if report.selection_rows:

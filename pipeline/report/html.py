@@ -6,6 +6,7 @@ import sys
 from html import escape as esc
 
 from gspo.tracking.store import ui_link
+from pipeline.report import offpolicy
 from pipeline.report.model import FIT_COLS, MOE_COLS, PAGE_TABLE_COLS, STABILITY_COLS
 from pipeline.report.resample import MIN_RUNS
 from pipeline.report.sidebyside import section as side_by_side
@@ -106,6 +107,7 @@ def _scores(report) -> list[str]:
         "the shared SFT compute is left out, so the SFT model sits at 0).</p>",
         *_claims(report),
         *_selection(report),
+        *offpolicy.section(report, table),
         *_curve(report),
         "<h2>Final scores</h2><img src='final_scores.png'>",
         "<p>pass@1 at the largest budget, mean over seeds and problems, with its interval over "

@@ -8,7 +8,7 @@ import pathlib
 import tempfile
 
 from gspo.config.fields import ConfigError
-from pipeline.report import claims, curves, scaling, stats
+from pipeline.report import claims, curves, offpolicy, scaling, stats
 
 DEFAULTS = {
     "bootstrap_iters": 2000,
@@ -177,6 +177,8 @@ class Report:
     selection: dict | None = None
     selection_rows: list[dict] = dataclasses.field(default_factory=list)
     side_by_side: list[dict] = dataclasses.field(default_factory=list)
+    # the off-policy experiment's (objective, staleness) rows (pipeline.report.offpolicy)
+    offpolicy: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def by_variant(self) -> dict[str, list]:
@@ -282,6 +284,7 @@ def from_data(
         },
         provenance=provenance(data, workflow_config),
     )
+    report.offpolicy = offpolicy.points(report)
     report.claims = claims.claims(report)
     report.selection = selection
     report.selection_rows = lr_choice.rows(selection, table)

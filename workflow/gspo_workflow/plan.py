@@ -35,7 +35,7 @@ from gspo.config.train import RLConfig, SFTConfig
 from gspo.io import atomic_write_text
 from gspo.model.models import PRESETS
 
-from . import fair, invocation, launch, preflight
+from . import fair, invocation, launch, offpolicy, preflight
 
 PARTS = ("sft", "rl", "test")
 # RL fields the workflow sets itself, per run.
@@ -194,6 +194,7 @@ class Plan:
                 "description": v.get("description", ""),
                 "rl": v.get("rl") or {},
             }
+        out.update(offpolicy.variants(out, offpolicy.grid(self.config)))  # each at each k
         if not out:
             self._fail("algorithms", "and variants are both empty: nothing to train")
         for name, v in out.items():

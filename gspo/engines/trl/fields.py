@@ -73,6 +73,9 @@ FIELDS: dict[str, str] = {
     "this project's vLLM engine, colocated, through TRL's `rollout_func` "
     "(gspo.engines.trl.rollout), every setting as under the native trainer",
     "old_logprobs": "recompute (TRL recomputes whenever an update is off-policy); rollout refused",
+    "staleness": "refused unless 0: TRL 1.16's asynchronous trainer (trl.experimental."
+    "async_grpo) bounds the lag (`max_staleness`, staler samples dropped) rather than fixing it, "
+    "samples from a `vllm serve` server over HTTP and syncs weights over NCCL (CUDA only)",
     "routing_replay": "refused unless false (TRL has no Routing Replay)",
     "routing_replay_source": "refused unless trainer",
     "router_aux_loss_coef": "refused unless 0",

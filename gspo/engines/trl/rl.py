@@ -152,6 +152,12 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         "old_logprobs",
         "'rollout': TRL's generate returns no log-probs; use recompute",
     )
+    need(
+        cfg.staleness == 0,
+        "staleness",
+        "TRL 1.16's asynchronous trainer bounds the lag (max_staleness) instead of fixing it "
+        "and needs a vLLM server with NCCL weight sync (CUDA); run staleness with engine: native",
+    )
     r, r0 = dict(d["rollout"]), to_dict(RolloutConfig(device=cfg.device))
     need(
         r == r0 or cfg.rollout.engine == "vllm",

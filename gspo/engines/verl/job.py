@@ -122,6 +122,9 @@ FIELDS: dict[str, str] = {
     "cache between phases; torch refused",
     "old_logprobs": "recompute: verl's old-log-prob pass; rollout: "
     "`algorithm.rollout_correction.bypass_mode=true`",
+    "staleness": "refused unless 0: verl 0.9.1's one-step-off and fully-async trainers "
+    "(verl.experimental) and its v1 trainer's replay buffer (`max_off_policy_threshold`) bound "
+    "the lag or set it by timing, and are other trainers than the one this job runs",
     "routing_replay": "`megatron.router_replay.mode` R2 (source trainer) or R3 (source engine, "
     "`rollout.enable_rollout_routing_replay`); needs verl.strategy megatron",
     "routing_replay_source": "R2 (trainer) or R3 (engine)",
@@ -183,6 +186,12 @@ def refusals(cfg: RLConfig) -> list[tuple[str, str]]:
         cfg.opsm_threshold is None,
         "opsm_threshold",
         "verl has no off-policy sequence masking: leave it unset",
+    )
+    need(
+        cfg.staleness == 0,
+        "staleness",
+        "verl 0.9.1's asynchronous trainers bound the lag or set it by timing, and are not the "
+        "trainer this job runs; run staleness with engine: native",
     )
     need(
         cfg.precision == "bfloat16",
