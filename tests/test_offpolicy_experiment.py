@@ -35,17 +35,22 @@ def plan_of(cfg):
 def test_the_offpolicy_plan_trains_each_objective_at_each_staleness_against_its_on_policy_run():
     plan = plan_of(offpolicy_config())
     assert plan.experiment == "offpolicy" and plan.base == "results/offpolicy"
-    want = ["grpo", "gspo"] + [f"{a}-stale{k}" for a in ("grpo", "gspo") for k in (1, 2, 4)]
+    objectives = ["grpo", "gspo", "dppo_tv", "clip_cov", "gspo-noclip", "grpo-opsm"]
+    want = objectives + [f"{a}-stale{k}" for a in objectives for k in (1, 2, 4)]
     assert list(plan.variants) == want
     assert plan.seeds == [0, 1, 2] and plan.budgets == [0, 100] and plan.benchmarks == ["aime"]
+    # the on-policy arms keep their own baselines (a variant its algorithm's run); each stale
+    # run is measured against its own on-policy run
+    on_policy = {"gspo-noclip": "gspo", "grpo-opsm": "grpo"}
     for name, v in plan.variants.items():
         k = int(name.split("stale")[1]) if "stale" in name else 0
-        assert v["baseline"] == (name.split("-stale")[0] if k else "")
+        assert v["baseline"] == (name.split("-stale")[0] if k else on_policy.get(name, ""))
         for seed in plan.seeds:
             cfg = plan.rl_cfgs[name, seed]
             assert (cfg.staleness, cfg.algorithm, cfg.seed) == (k, v["algorithm"], seed)
             assert cfg.out_dir.endswith(f"results/offpolicy/rl/{name}/seed{seed}")
-    assert len(plan.rl_dirs()) == 24  # 2 objectives x 4 staleness x 3 seeds
+    assert plan.rl_cfgs["grpo-opsm-stale4", 0].opsm_threshold == 0.5
+    assert len(plan.rl_dirs()) == 72  # 6 objectives x 4 staleness x 3 seeds
 
 
 def test_an_objective_added_to_the_experiment_is_one_entry_and_gets_every_staleness():
