@@ -446,6 +446,17 @@ def _aggregate(per_token, m, lengths, agg: str, norm_len: int = 0) -> torch.Tens
     return per_token.sum(dim=1).mean()
 
 
+# How policy_loss's metrics combine over micro-batches and ranks: the token means weigh each
+# micro-batch by its share of the minibatch's response tokens, the sequence shares by its share
+# of the sequences, whatever the loss's aggregation, so a metric is the minibatch's own and not
+# a function of how it was split (ranks, micro-batch sizes). The rest (ratio_mean) weigh as the
+# loss does; ratio_min / ratio_max are extremes.
+TOKEN_MEAN_METRICS = frozenset(
+    {"clip_frac_tokens", "approx_kl", "kl_ref", "clip_cov_selected", "kl_cov_selected"}
+)
+SEQUENCE_MEAN_METRICS = frozenset({"clip_frac_seqs", "opsm_masked_seqs"})
+
+
 def _loss_metrics(is_clipped, m, log_ratio, ratios, c: float, kl_ref) -> dict[str, float]:
     """The policy_loss metrics (see its docstring); is_clipped: (B, T) bool over valid tokens,
     ratios: the token ratios (GRPO) or s_i of the non-empty sequences."""

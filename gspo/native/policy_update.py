@@ -197,20 +197,21 @@ def _accumulate(
             sub = trim_padding(sub)
         loss, m = _micro_loss(lrn, sub, idx, old, first if real else None, gen)
         # Weight micro-batches so their sum over ranks is the minibatch's own aggregate.
-        w = (
-            (
-                sub["target_mask"].sum() / tot_tokens
-                if cfg.agg == "token-mean"
-                else torch.tensor(len(idx) / mb_size)
-            )
-            if real
-            else torch.tensor(0.0)
-        )
+        w_tok = sub["target_mask"].sum() / tot_tokens if real else torch.tensor(0.0)
+        w_seq = torch.tensor(len(idx) / mb_size if real else 0.0)
+        w = w_tok if cfg.agg == "token-mean" else w_seq
         # (world of one: a factor 1.0, the single-process update itself)
         (loss * w * dist.grad_scale(world)).backward()
         loss_sum += loss.item() * float(w)
         for k, v in m.items() if real else ():
-            acc.setdefault(k, []).append((v, float(w)))
+            mw = (
+                w_tok
+                if k in objectives.TOKEN_MEAN_METRICS
+                else w_seq
+                if k in objectives.SEQUENCE_MEAN_METRICS
+                else w
+            )
+            acc.setdefault(k, []).append((v, float(mw)))
     loss_sum = float(dist.all_reduce(torch.tensor(loss_sum, dtype=torch.float64), world))
     return loss_sum, step_metrics.reduce_over_ranks(step_metrics.combine_micro(acc), world)
 
