@@ -605,6 +605,23 @@ def _plan_module():
     return plan
 
 
+def test_a_layered_config_drops_a_default_training_task_with_weight_0():
+    # Snakemake merges a layered mapping into the default's key by key: {aime: 1.0} alone
+    # would keep the default's lcb and cf; weight 0 is how a layer leaves a task out
+    from snakemake.utils import update_config, validate
+
+    from gspo.config.fields import ConfigError
+
+    cfg = yaml.safe_load((ROOT / "config" / "default.yaml").read_text())
+    update_config(cfg, {"benchmarks": ["aime"], "train_tasks": {"aime": 1.0, "lcb": 0, "cf": 0}})
+    validate(cfg, str(ROOT / "workflow" / "schemas" / "config.schema.yaml"), set_default=True)
+    plan = _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+    assert plan.train_tasks == plan.rl_tasks == {"aime": 1.0} and plan.data_tasks == ["aime"]
+    cfg["train_tasks"]["aime"] = 0
+    with pytest.raises(ConfigError, match="train_tasks: every task has weight 0"):
+        _plan_module().Plan(cfg, workdir=ROOT, dry_run=True)
+
+
 def _launch(**resources) -> str:
     return str(_plan_module().Plan.launcher(None, resources))
 

@@ -116,11 +116,13 @@ class Plan:
         self.benchmarks = list(config["benchmarks"])
         # canonical task order (aime, lcb, cf): the mix samples files by index, so the order in
         # which a YAML mapping happens to list them must not change the data
+        # weight 0 leaves a task out: Snakemake merges a layered config's mapping into the
+        # default's key by key, so a layer cannot drop a key, only set it to 0
         self.train_tasks = {
-            t: config["train_tasks"][t] for t in TASKS if t in config["train_tasks"]
+            t: config["train_tasks"][t] for t in TASKS if config["train_tasks"].get(t, 0) != 0
         }
         rl_tasks = config.get("rl_tasks") or config["train_tasks"]
-        self.rl_tasks = {t: rl_tasks[t] for t in TASKS if t in rl_tasks}
+        self.rl_tasks = {t: rl_tasks[t] for t in TASKS if rl_tasks.get(t, 0) != 0}
         self.data_tasks = sorted(
             set(self.benchmarks) | set(self.train_tasks) | set(self.rl_tasks), key=TASKS.index
         )
@@ -162,8 +164,10 @@ class Plan:
             self._fail("budgets", "needs at least one budget above 0 (percent of rl.steps)")
         for key, mix in (("train_tasks", self.train_tasks), ("rl_tasks", self.rl_tasks)):
             for t, w in mix.items():
-                if w <= 0:
-                    self._fail(f"{key}.{t}", f"weight must be > 0, got {w}")
+                if w < 0:
+                    self._fail(f"{key}.{t}", f"weight must be >= 0 (0: left out), got {w}")
+            if not mix:
+                self._fail(key, "every task has weight 0: give at least one a weight > 0")
 
     def _variants(self) -> dict[str, dict]:
         """{name: {algorithm, baseline, description, rl}} in config order, plain algorithms
