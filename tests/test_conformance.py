@@ -196,7 +196,7 @@ SAME = {
             loss_type="vespo",
             eps_low=0.2,
             eps_high=0.2,
-            config={f: getattr(VESPO_PARAMS, f) for f in FIELDS},
+            config={f: getattr(VESPO_PARAMS, f) for f in FIELDS if f.startswith("vespo_")},
         ),
         None,
     ),
