@@ -90,7 +90,7 @@ def build_shrunk_zoo(tmp: pathlib.Path) -> tuple[pathlib.Path, dict]:
         rl={**smoke["rl"], "steps": 2},
         eval={**smoke["eval"], "lcb": {}, "cf": {}},
         report=smoke["report"],
-        variants={k: v for k, v in cfg["variants"].items() if "clip" not in k},
+        variants={k: v for k, v in cfg["variants"].items() if not k.startswith("gspo-clip")},
     )
     path = tmp / "zoo-smoke.yaml"
     path.write_text(yaml.safe_dump(cfg))
