@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 
 import torch
 
@@ -222,6 +223,18 @@ def params(cfg: RLConfig, generator: torch.Generator | None = None) -> offpolicy
     return offpolicy.Params(**{f: getattr(cfg, f) for f in offpolicy.FIELDS}, generator=generator)
 
 
+def _surrogate_args(cfg: RLConfig) -> dict[str, typing.Any]:
+    """The objective and its clip / gate settings, as policy_loss and sample_stats take them."""
+    return dict(
+        objective=cfg.algorithm,
+        eps_low=cfg.eps_low,
+        eps_high=cfg.eps_high,
+        log_ratio_clamp=cfg.log_ratio_clamp,
+        tau_pos=cfg.sapo_tau_pos,
+        tau_neg=cfg.sapo_tau_neg,
+    )
+
+
 def _replayed(lrn: Learner, old: OldPolicy, idx: torch.Tensor) -> moe.Routing | None:
     """The old routing of rows `idx`, to replay (routing_replay), else None."""
     if not lrn.cfg.routing_replay:
@@ -283,13 +296,8 @@ def _micro_loss(
         old_logp,
         old.adv[idx],
         sub["target_mask"],
-        objective=cfg.algorithm,
-        eps_low=cfg.eps_low,
-        eps_high=cfg.eps_high,
+        **_surrogate_args(cfg),
         agg=cfg.agg,
-        log_ratio_clamp=cfg.log_ratio_clamp,
-        tau_pos=cfg.sapo_tau_pos,
-        tau_neg=cfg.sapo_tau_neg,
         norm_len=cfg.max_new_tokens,
         ref_logp=ref_logp,
         kl_coef=cfg.kl_coef,
@@ -303,12 +311,7 @@ def _micro_loss(
             old_logp,
             old.adv[idx],
             sub["target_mask"],
-            objective=cfg.algorithm,
-            eps_low=cfg.eps_low,
-            eps_high=cfg.eps_high,
-            log_ratio_clamp=cfg.log_ratio_clamp,
-            tau_pos=cfg.sapo_tau_pos,
-            tau_neg=cfg.sapo_tau_neg,
+            **_surrogate_args(cfg),
             params=params(cfg, torch.Generator().manual_seed(0)),  # not the step's draws
         )
         old.samples[idx.to(old.samples.device)] = torch.stack([ratio, clip], 1).to(old.samples)
