@@ -86,7 +86,7 @@ from pipeline.report.stats import (  # noqa: F401
     collapse_check,
     curve,
     final_scores,
-    mean_clip,
+    mean_metric,
     moe_summary,
     paired_diff,
     smooth,

@@ -95,10 +95,10 @@ def _enough_runs(row: dict, runs: int | None) -> dict:
 
 
 def _seed_clip_ratios(runs_a, runs_b) -> list[float]:
-    clip_b = {r["seed"]: stats.mean_clip([r]) for r in runs_b}
+    clip_b = {r["seed"]: stats.mean_metric([r]) for r in runs_b}
     out = []
     for r in runs_a:
-        a, b = stats.mean_clip([r]), clip_b.get(r["seed"])
+        a, b = stats.mean_metric([r]), clip_b.get(r["seed"])
         if a is not None and b:
             out.append(a / b)
     return out

@@ -254,7 +254,7 @@ def from_data(
     rule = {**DEFAULTS["collapse"], **(s.get("collapse") or {})}
     ci = {"iters": s["bootstrap_iters"], "confidence": s["confidence"]}
     groups = stats.by_variant(data["rl"])
-    clips = {a: stats.mean_clip(runs) for a, runs in groups.items()}
+    clips = {a: stats.mean_metric(runs) for a, runs in groups.items()}
     table = stats.final_scores(data, **ci)
     stab = stats.stability(data, rule)
     nested, pops = curves.nested_evals(data)
@@ -274,9 +274,9 @@ def from_data(
         fits=scaling.scaling_fits({**data, "evals": nested}, **ci),
         clips=clips,
         clips_off={
-            a: stats.mean_clip(runs, "clip_frac_tokens_offpolicy") for a, runs in groups.items()
+            a: stats.mean_metric(runs, "clip_frac_tokens_offpolicy") for a, runs in groups.items()
         },
-        clips_seq={a: stats.mean_clip(runs, "clip_frac_seqs") for a, runs in groups.items()},
+        clips_seq={a: stats.mean_metric(runs, "clip_frac_seqs") for a, runs in groups.items()},
         ratios={
             f"{a}/grpo": clips[a] / clips["grpo"]
             for a in clips

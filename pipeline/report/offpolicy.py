@@ -101,9 +101,9 @@ def points(report) -> list[dict]:
             "unclipped": _unclipped(runs[0]),
             "collapsed": sum(bool(s["collapsed"]) for s in stab),
             "reward_drop": statistics.mean(drops) if drops else None,
-            "clip_frac_tokens": stats.mean_clip(runs),
-            "clip_frac_seqs": stats.mean_clip(runs, "clip_frac_seqs"),
-            "ratio_spread": stats.mean_clip(runs, "behaviour_log_ratio_std"),
+            "clip_frac_tokens": stats.mean_metric(runs),
+            "clip_frac_seqs": stats.mean_metric(runs, "clip_frac_seqs"),
+            "ratio_spread": stats.mean_metric(runs, "behaviour_log_ratio_std"),
         }
         for bench in _benches(report):
             fin, d = rows_of.get((var, bench)) or {}, diffs.get((var, bench)) or {}

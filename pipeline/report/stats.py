@@ -82,7 +82,8 @@ def curve(runs, key: str, window: int = 1, metric: str = "pass_at_1") -> list[tu
     return out
 
 
-def mean_clip(runs, key: str = "clip_frac_tokens") -> float | None:
+def mean_metric(runs, key: str = "clip_frac_tokens") -> float | None:
+    """A training metric's mean over every logged step of `runs` (None: none logged it)."""
     vals = [v for run in runs for _, v in run["train"].get(key, [])]
     return statistics.mean(vals) if vals else None
 
